@@ -1,0 +1,40 @@
+//! The `AggregatorConfig` custom resource: the pod template of the aggregators that front the
+//! DDP learners of a multi-GPU logic learner (kept from DI-orchestrator 0.2).
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schema;
+
+/// Where a DIJob's multi-GPU learners get their aggregator from.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "diengine.opendilab.org",
+    version = "v1alpha1",
+    kind = "AggregatorConfig",
+    namespaced,
+    shortname = "agconfig",
+    category = "di",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "The pod template of the aggregators that front the DDP learners of multi-GPU logic learners.",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregatorConfigSpec {
+    /// The aggregator role.
+    #[serde(default)]
+    pub aggregator: AggregatorSpec,
+}
+
+/// The aggregator role.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregatorSpec {
+    /// Pod template of every aggregator.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::pod_template")]
+    pub template: PodTemplateSpec,
+}

@@ -1,0 +1,226 @@
+//! The pod contract shared with DI-orchestrator 0.2 and DI-engine: label keys, roles, default
+//! ports, environment variable names and the names of the objects derived from a job.
+//!
+//! Everything that builds, selects or names a job's pods reads it from here, so the webhook, the
+//! reconciler, the replica endpoint and the CLI can never disagree.
+
+use std::fmt;
+
+/// API group of both custom resources.
+pub const GROUP: &str = "diengine.opendilab.org";
+/// The only served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
+pub mod labels {
+    /// Value: the API group ([`super::GROUP`]).
+    pub const GROUP_NAME: &str = "group-name";
+    /// Value: the DIJob's name.
+    pub const JOB_NAME: &str = "dijob-name";
+    /// Value: [`CONTROLLER_NAME`].
+    pub const CONTROLLER_NAME: &str = "controller-name";
+    /// Value: the role's label value ([`super::Role::label`]).
+    pub const REPLICA_TYPE: &str = "replica-type";
+    /// Value: the pod's own name, so a service can select exactly its pod.
+    pub const POD_NAME: &str = "pod-name";
+    /// Value: [`DDP_LEARNER_MASTER`] or [`DDP_LEARNER_WORKER`].
+    pub const DDP_LEARNER_TYPE: &str = "ddp-learner-type";
+
+    pub const CONTROLLER_NAME_VALUE: &str = "di-operator";
+    pub const DDP_LEARNER_MASTER: &str = "ddp-learner-master";
+    pub const DDP_LEARNER_WORKER: &str = "ddp-learner-worker";
+
+    /// Recommended Kubernetes labels. `managed-by` is what the orchestrator watches on, so it
+    /// never caches pods it does not own.
+    pub const APP_NAME: &str = "app.kubernetes.io/name";
+    pub const APP_INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const APP_COMPONENT: &str = "app.kubernetes.io/component";
+    pub const APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+    pub const APP_NAME_VALUE: &str = "dijob";
+    pub const MANAGED_BY_VALUE: &str = "di-orchestrator";
+}
+
+/// Environment variables injected into every container of a job's pods.
+pub mod env {
+    pub const POD_NAMESPACE: &str = "KUBERNETES_POD_NAMESPACE";
+    pub const POD_NAME: &str = "KUBERNETES_POD_NAME";
+    /// `host:port` without a scheme: where the job's replica endpoint answers.
+    pub const SERVER_URL: &str = "KUBERNETES_SERVER_URL";
+    /// Coordinator only: its own URL.
+    pub const COORDINATOR_URL: &str = "KUBERNETES_COORDINATOR_URL";
+    /// DDP learners only: the URL of the aggregator they serve.
+    pub const AGGREGATOR_URL: &str = "KUBERNETES_AGGREGATOR_URL";
+
+    pub const COORDINATOR_PORT: &str = "COORDINATOR_PORT";
+    pub const COLLECTOR_PORT: &str = "COLLECTOR_PORT";
+    pub const LEARNER_PORT: &str = "LEARNER_PORT";
+    pub const AGGREGATOR_PORT: &str = "AGGREGATOR_PORT";
+
+    /// DDP learners: torch.distributed's rendezvous.
+    pub const WORLD_SIZE: &str = "WORLD_SIZE";
+    pub const LOCAL_WORLD_SIZE: &str = "LOCAL_WORLD_SIZE";
+    pub const START_RANK: &str = "START_RANK";
+    pub const MASTER_ADDR: &str = "MASTER_ADDR";
+    pub const MASTER_PORT: &str = "MASTER_PORT";
+}
+
+/// Name of the container port (and service port) that carries a replica's DI-engine traffic.
+pub const PORT_NAME: &str = "di-port";
+/// The container the contract applies to when a template has several.
+pub const DEFAULT_CONTAINER_NAME: &str = "di-container";
+/// torch.distributed master port on the DDP master learner.
+pub const DEFAULT_MASTER_PORT: i32 = 10314;
+/// Port names of the per-GPU processes of a DDP learner: `gpu-port-0`, `gpu-port-1`, ...
+pub const DDP_GPU_PORT_PREFIX: &str = "gpu-port";
+/// Extended resource name of NVIDIA GPUs.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// The replica roles of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    Coordinator,
+    Collector,
+    /// A logic learner: what the coordinator talks to.
+    Learner,
+    /// Fronts the DDP learners of a logic learner with more than one GPU.
+    Aggregator,
+    /// One data-parallel training process group behind an aggregator.
+    DdpLearner,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] = [Role::Coordinator, Role::Collector, Role::Learner, Role::Aggregator, Role::DdpLearner];
+
+    /// Value of the `replica-type` label and the middle part of pod names.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Role::Coordinator => "coordinator",
+            Role::Collector => "collector",
+            Role::Learner => "learner",
+            Role::Aggregator => "aggregator",
+            Role::DdpLearner => "ddp-learner",
+        }
+    }
+
+    /// Key of `status.replicaStatus` (0.2's `ReplicaType`).
+    pub const fn replica_type(self) -> &'static str {
+        match self {
+            Role::Coordinator => "Coordinator",
+            Role::Collector => "Collector",
+            Role::Learner => "Learner",
+            Role::Aggregator => "Aggregator",
+            Role::DdpLearner => "DDPLearner",
+        }
+    }
+
+    /// Port given to the role's `di-port` when its template names none.
+    pub const fn default_port(self) -> i32 {
+        match self {
+            Role::Collector => 22270,
+            Role::Learner | Role::DdpLearner => 22271,
+            Role::Aggregator => 22272,
+            Role::Coordinator => 22273,
+        }
+    }
+
+    /// Environment variable that tells the replica its own port.
+    pub const fn port_env(self) -> &'static str {
+        match self {
+            Role::Coordinator => env::COORDINATOR_PORT,
+            Role::Collector => env::COLLECTOR_PORT,
+            Role::Learner | Role::DdpLearner => env::LEARNER_PORT,
+            Role::Aggregator => env::AGGREGATOR_PORT,
+        }
+    }
+
+    pub fn from_label(label: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.label() == label)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Most collectors or logic learners a job may ask for. Bounds the names derived from the job
+/// and catches typos such as `replicas: 10000000` before they flood a cluster.
+pub const MAX_REPLICAS: i32 = 1000;
+/// Most GPUs one logic learner may ask for.
+pub const MAX_GPUS_PER_LEARNER: i32 = 256;
+
+/// Kubernetes' limit for a DNS-1035 label, which a Service name must be.
+pub const DNS_LABEL_MAX: usize = 63;
+
+/// Deterministic names of the objects derived from a job. Every pod has a headless Service of the
+/// same name, so each name must be a DNS-1035 label.
+pub mod names {
+    use super::Role;
+
+    pub fn coordinator(job: &str) -> String {
+        format!("{job}-{}", Role::Coordinator.label())
+    }
+
+    /// Collectors, logic learners and aggregators: `<job>-<role>-<index>`.
+    pub fn replica(job: &str, role: Role, index: u32) -> String {
+        format!("{job}-{}-{index}", role.label())
+    }
+
+    /// DDP learner `rank_group` behind the aggregator of logic learner `index`.
+    pub fn ddp_learner(job: &str, index: u32, rank_group: u32) -> String {
+        format!("{job}-{}-{index}-{rank_group}", Role::DdpLearner.label())
+    }
+
+    /// ServiceAccount, Role and RoleBinding the job's replica endpoint runs as.
+    pub fn replicas_identity(job: &str) -> String {
+        format!("{job}-replicas")
+    }
+
+    /// `<pod>.<namespace>:<port>`, the URL form DI-engine's client expects.
+    pub fn url(pod: &str, namespace: &str, port: i32) -> String {
+        format!("{pod}.{namespace}:{port}")
+    }
+
+    /// The longest name a job can derive: its DDP learner at the highest index and rank group.
+    pub fn longest_suffix_len() -> usize {
+        let index = (super::MAX_REPLICAS - 1) as u32;
+        let rank_group = (super::MAX_GPUS_PER_LEARNER - 1) as u32;
+        ddp_learner("", index, rank_group).len()
+    }
+
+    /// Longest job name whose derived names all stay valid DNS labels.
+    pub fn max_job_name_len() -> usize {
+        super::DNS_LABEL_MAX - longest_suffix_len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_and_fit() {
+        assert_eq!(names::coordinator("cartpole"), "cartpole-coordinator");
+        assert_eq!(names::replica("cartpole", Role::Collector, 3), "cartpole-collector-3");
+        assert_eq!(names::ddp_learner("j", 2, 1), "j-ddp-learner-2-1");
+        assert_eq!(names::url("j-collector-0", "ns", 22270), "j-collector-0.ns:22270");
+        assert_eq!(names::longest_suffix_len(), "-ddp-learner-999-255".len());
+        let longest = "a".repeat(names::max_job_name_len());
+        let name = names::ddp_learner(&longest, 999, 255);
+        assert_eq!(name.len(), DNS_LABEL_MAX);
+    }
+
+    #[test]
+    fn roles_keep_the_0_2_contract() {
+        let ports: Vec<_> =
+            [Role::Collector, Role::Learner, Role::Aggregator, Role::Coordinator].map(Role::default_port).into();
+        assert_eq!(ports, vec![22270, 22271, 22272, 22273]);
+        for role in Role::ALL {
+            assert_eq!(Role::from_label(role.label()), Some(role));
+        }
+        assert_eq!(Role::Learner.port_env(), "LEARNER_PORT");
+        assert_eq!(Role::from_label("actor"), None);
+    }
+}

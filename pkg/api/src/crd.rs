@@ -1,0 +1,18 @@
+//! The CustomResourceDefinitions generated from the types, as checked in under `manifests/crds/`.
+
+use kube::CustomResourceExt;
+
+use crate::{AggregatorConfig, DIJob};
+
+/// Client-side `kubectl apply` keeps the whole object in an annotation of at most this size.
+pub const LAST_APPLIED_LIMIT: usize = 256 * 1024;
+
+/// Each CRD as `(file name, YAML)`, in the order they are installed.
+pub fn crd_files() -> Vec<(&'static str, String)> {
+    let header = "# Generated from pkg/api by `make manifests`; do not edit.\n";
+    let yaml = |crd| format!("{header}{}", serde_yaml::to_string(&crd).expect("a CRD serialises to YAML"));
+    vec![
+        ("diengine.opendilab.org_dijobs.yaml", yaml(DIJob::crd())),
+        ("diengine.opendilab.org_aggregatorconfigs.yaml", yaml(AggregatorConfig::crd())),
+    ]
+}

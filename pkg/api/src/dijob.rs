@@ -1,0 +1,292 @@
+//! The `DIJob` custom resource.
+//!
+//! Every field DI-orchestrator 0.2 defined keeps its name and meaning; the fields added since are
+//! optional, so a 0.2 manifest is accepted unchanged. Doc comments become the CRD's descriptions
+//! and so what `kubectl explain dijob.spec` prints.
+
+// Each `printcolumn(...)` of the derive repeats the same keys, which this lint mistakes for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::Role;
+use crate::schema;
+
+/// A distributed reinforcement-learning job: one coordinator, any number of collectors and
+/// logic learners. The coordinator's exit decides the job's phase; collectors and learners are
+/// replaced when they fail.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "diengine.opendilab.org",
+    version = "v1alpha1",
+    kind = "DIJob",
+    namespaced,
+    shortname = "dijob",
+    category = "di",
+    status = "DIJobStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A distributed reinforcement-learning job of DI-engine: a coordinator, collectors and learners.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Created, Running, Succeeded, Failed or Unknown"
+    ),
+    printcolumn(
+        name = "Collectors",
+        type_ = "string",
+        json_path = ".status.collectors",
+        description = "ready/desired collectors"
+    ),
+    printcolumn(
+        name = "Learners",
+        type_ = "string",
+        json_path = ".status.learners",
+        description = "ready/desired logic learners"
+    ),
+    printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DIJobSpec {
+    /// A free-form name for a collection of DIJobs (kept from DI-orchestrator 0.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+
+    /// Priority label of the job (kept from DI-orchestrator 0.2; informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+
+    /// What happens to the job's pods once it has finished: `Running` (default) deletes the pods
+    /// still running or pending, `All` deletes every pod, `None` keeps them all. The legacy value
+    /// `ALL` means `All`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_pod_policy: Option<String>,
+
+    /// Volumes mounted into the pods of every role; each container chooses its mounts with
+    /// `volumeMounts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::volumes")]
+    pub volumes: Option<Vec<Volume>>,
+
+    /// The coordinator: the one pod that drives the job. For a serial job it is the only role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorSpec>,
+
+    /// Collectors run the policy in environments and produce data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<CollectorSpec>,
+
+    /// Logic learners train on the collected data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learner: Option<LearnerSpec>,
+
+    /// `true` deletes the job's pods and keeps the job; `false` (default) creates them again.
+    /// This pauses and resumes the whole job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// How many times, in all, failed collector, learner and aggregator pods are replaced before
+    /// the job is marked as having exceeded its restart limit. Unset means no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_limit: Option<i32>,
+
+    /// Seconds after the job finishes (Succeeded or Failed) before the DIJob itself is deleted,
+    /// and everything it owns with it. Unset keeps the job until it is deleted by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+/// The coordinator role.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CoordinatorSpec {
+    /// Pod template of the coordinator. Its restart policy must be `Never` (default) or
+    /// `OnFailure`, since its exit decides the job's phase.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::pod_template")]
+    pub template: PodTemplateSpec,
+}
+
+/// The collector role.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CollectorSpec {
+    /// Pod template of every collector.
+    #[serde(default)]
+    #[schemars(schema_with = "schema::pod_template")]
+    pub template: PodTemplateSpec,
+
+    /// Desired number of collectors. The coordinator changes it at run time through the
+    /// replica endpoint; unset means 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+/// The logic learner role.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LearnerSpec {
+    /// Pod template of every logic learner (and of the DDP learners of a multi-GPU learner).
+    #[serde(default)]
+    #[schemars(schema_with = "schema::pod_template")]
+    pub template: PodTemplateSpec,
+
+    /// Desired number of logic learners. The coordinator changes it at run time through the
+    /// replica endpoint; unset means 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// GPUs per logic learner. More than one makes each logic learner an aggregator plus DDP
+    /// learners that share the GPUs. Unset takes the template's `nvidia.com/gpu` limit, or 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<i32>,
+
+    /// The AggregatorConfig (`name` in the job's namespace, or `namespace/name`) whose template
+    /// runs the aggregators of multi-GPU learners. Unset uses the orchestrator's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregator_config: Option<String>,
+}
+
+/// The observed state of a DIJob, recomputed by the orchestrator from the job's pods.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DIJobStatus {
+    /// Where the job is in its life: Created, Running, Succeeded, Failed or Unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The job's conditions, one per type, with the reason of the latest transition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<DIJobCondition>,
+
+    /// Pod counts per replica type (Coordinator, Collector, Learner, Aggregator, DDPLearner).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replica_status: BTreeMap<String, ReplicaStatus>,
+
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready and desired collectors as `ready/desired`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectors: Option<String>,
+
+    /// Ready and desired logic learners as `ready/desired`, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learners: Option<String>,
+}
+
+/// Phase of a DIJob, driven by its coordinator pod.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Submitted; the coordinator exists but is not running yet.
+    Created,
+    /// The coordinator is running.
+    Running,
+    /// The coordinator exited successfully.
+    Succeeded,
+    /// The coordinator failed, or the job could not be run.
+    Failed,
+    /// The coordinator's state cannot be observed.
+    Unknown,
+}
+
+impl Phase {
+    pub fn is_finished(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// A condition of a DIJob (DI-orchestrator 0.2's `DIJobCondition`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DIJobCondition {
+    /// Type of the condition: a phase (Created, Running, Succeeded, Failed), or Suspended,
+    /// RestartLimitExceeded.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Machine-readable reason of the last transition, in CamelCase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable detail of the last transition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the condition was last updated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::time")]
+    pub last_update_time: Option<Time>,
+    /// When the condition last changed status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::time")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// Pod counts of one replica type.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// Pods pending or running.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active: i32,
+    /// Pods that reached phase Succeeded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub succeeded: i32,
+    /// Pods that reached phase Failed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// The pod-producing part of each role in a spec, for code that treats roles alike.
+pub struct RoleTemplate<'a> {
+    pub role: Role,
+    /// JSON path of the role in the DIJob, for messages (`spec.collector`).
+    pub path: &'static str,
+    pub template: &'a PodTemplateSpec,
+}
+
+impl DIJobSpec {
+    /// The roles present in the spec with their templates, coordinator first.
+    pub fn role_templates(&self) -> Vec<RoleTemplate<'_>> {
+        let mut roles = Vec::with_capacity(3);
+        if let Some(c) = &self.coordinator {
+            roles.push(RoleTemplate { role: Role::Coordinator, path: "spec.coordinator", template: &c.template });
+        }
+        if let Some(c) = &self.collector {
+            roles.push(RoleTemplate { role: Role::Collector, path: "spec.collector", template: &c.template });
+        }
+        if let Some(l) = &self.learner {
+            roles.push(RoleTemplate { role: Role::Learner, path: "spec.learner", template: &l.template });
+        }
+        roles
+    }
+
+    /// Desired collectors (0 when the role or the count is absent).
+    pub fn collector_replicas(&self) -> i32 {
+        self.collector.as_ref().and_then(|c| c.replicas).unwrap_or(0)
+    }
+
+    /// Desired logic learners (0 when the role or the count is absent).
+    pub fn learner_replicas(&self) -> i32 {
+        self.learner.as_ref().and_then(|l| l.replicas).unwrap_or(0)
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.suspend.unwrap_or(false)
+    }
+}

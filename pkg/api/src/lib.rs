@@ -1,0 +1,18 @@
+//! The DIJob API of di-orchestrator: the custom resources, the pod contract they imply, and the
+//! defaulting and validation rules that the webhook, the reconciler and the CLI all share.
+
+pub mod aggregator_config;
+pub mod contract;
+pub mod crd;
+pub mod defaults;
+pub mod dijob;
+pub mod resources;
+mod schema;
+pub mod validation;
+
+pub use aggregator_config::{AggregatorConfig, AggregatorConfigSpec, AggregatorSpec};
+pub use contract::Role;
+pub use dijob::{
+    CollectorSpec, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec, Phase, ReplicaStatus,
+};
+pub use validation::{FieldError, ValidationErrors};

@@ -1,0 +1,44 @@
+//! Fixtures shared by the integration tests: the checked-in examples and a valid job to mutate.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use di_api::DIJob;
+use serde::Deserialize;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every document of a file under `manifests/examples/`, as raw JSON.
+pub fn example_documents(name: &str) -> Vec<serde_json::Value> {
+    let path = repo_root().join("manifests/examples").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde_json::Value::deserialize(doc).expect("example is YAML"))
+        .collect()
+}
+
+/// The DIJob document of an example.
+pub fn example_job(name: &str) -> DIJob {
+    let doc = example_documents(name).into_iter().find(|d| d["kind"] == "DIJob").expect("example has a DIJob");
+    serde_json::from_value(doc).expect("example parses as a DIJob")
+}
+
+/// A small valid job: coordinator, collector and learner, each with one container.
+pub fn valid_job() -> DIJob {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": "job", "namespace": "default"},
+        "spec": {
+            "volumes": [{"name": "work-dir", "emptyDir": {}}],
+            "coordinator": {"template": {"spec": {"containers": [
+                {"name": "di-container", "image": "ding", "volumeMounts": [{"name": "work-dir", "mountPath": "/ding"}]}
+            ]}}},
+            "collector": {"replicas": 2, "template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}},
+            "learner": {"replicas": 1, "template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}}
+        }
+    }))
+    .expect("valid job parses")
+}
