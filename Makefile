@@ -3,7 +3,7 @@
 CARGO ?= cargo
 CRDS  := manifests/crds
 
-.PHONY: all build test lint fmt manifests check-manifests
+.PHONY: all build test unit e2e-local controlplane lint fmt manifests check-manifests help
 
 all: build
 
@@ -11,9 +11,23 @@ all: build
 build:
 	$(CARGO) build --workspace --all-targets
 
-## test: unit and component tests, and a check that the checked-in CRDs are current
-test: check-manifests
+## test: every tier this machine can run: unit and component tests, then the e2e suite on a local control plane
+test: unit e2e-local
+
+## unit: unit and component tests, and a check that the checked-in CRDs are current
+unit: check-manifests
 	$(CARGO) test --workspace
+
+## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
+##            started on loopback (built from hack/controlplane on first use, cached in .cache/)
+e2e-local:
+	$(CARGO) build --quiet -p di-e2e --bin di-controlplane --tests
+	./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
+
+## controlplane: start the local control plane and keep it up until Ctrl-C (prints its KUBECONFIG)
+controlplane:
+	$(CARGO) build --quiet -p di-e2e --bin di-controlplane
+	./target/debug/di-controlplane up
 
 ## lint: formatting and clippy, warnings are errors
 lint:

@@ -6,6 +6,7 @@ pub mod contract;
 pub mod crd;
 pub mod defaults;
 pub mod dijob;
+pub mod manifest;
 pub mod resources;
 mod schema;
 pub mod validation;

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use di_api::DIJob;
-use serde::Deserialize;
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -14,9 +13,7 @@ pub fn repo_root() -> PathBuf {
 pub fn example_documents(name: &str) -> Vec<serde_json::Value> {
     let path = repo_root().join("manifests/examples").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_json::Value::deserialize(doc).expect("example is YAML"))
-        .collect()
+    di_api::manifest::yaml_documents(&text).expect("example is YAML")
 }
 
 /// The DIJob document of an example.

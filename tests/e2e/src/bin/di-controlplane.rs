@@ -1,0 +1,97 @@
+//! Runs a local Kubernetes control plane for the control-plane test tier and the demo.
+//!
+//!   di-controlplane run -- CMD [ARGS...]   start, run CMD against it, stop; exit with CMD's code
+//!   di-controlplane up                     start and wait for Ctrl-C
+//!   di-controlplane binaries               obtain (build or find) the binaries and print them
+//!
+//! CMD sees `KUBECONFIG` and `DI_E2E_KUBECONFIG` pointing at the control plane's admin
+//! kubeconfig, and `DI_E2E_NODES=simulated`. When the binaries can be neither found nor built,
+//! `run` says why and exits 0 without running CMD: the tier is skipped, loudly.
+
+use std::process::ExitCode;
+
+use di_e2e::binaries::{self, Unavailable};
+use di_e2e::controlplane::ControlPlane;
+use tokio::signal::unix::{SignalKind, signal};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, rest) = match args.split_first() {
+        Some((mode, rest)) => (mode.as_str(), rest),
+        None => ("", &[][..]),
+    };
+    let command: Vec<String> = rest.iter().skip_while(|a| *a == "--").cloned().collect();
+    match (mode, command.is_empty()) {
+        ("run", false) | ("up", true) | ("binaries", true) => {}
+        _ => {
+            eprintln!("usage: di-controlplane run -- CMD [ARGS...] | up | binaries");
+            return ExitCode::from(2);
+        }
+    }
+    match run(mode, &command).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("di-controlplane: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
+    let root = binaries::repo_root();
+    let binaries = match binaries::obtain(&root)? {
+        Ok(b) => b,
+        Err(Unavailable(why)) => {
+            eprintln!("SKIPPED: the control-plane tier needs etcd, kube-apiserver and kube-controller-manager: {why}.");
+            eprintln!("SKIPPED: install Go (to build them from hack/controlplane) or set KUBEBUILDER_ASSETS.");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if mode == "binaries" {
+        println!(
+            "{}\n{}\n{}",
+            binaries.etcd.display(),
+            binaries.kube_apiserver.display(),
+            binaries.kube_controller_manager.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    eprintln!("starting the local control plane (Kubernetes {})...", binaries::KUBERNETES_VERSION);
+    let runs = root.join(".cache/controlplane/runs");
+    let plane = tokio::select! {
+        plane = ControlPlane::start(&binaries, &runs) => plane?,
+        _ = interrupt.recv() => return Ok(ExitCode::from(130)),
+        _ = terminate.recv() => return Ok(ExitCode::from(143)),
+    };
+    eprintln!("control plane ready at {} (kubeconfig {})", plane.server, plane.kubeconfig.display());
+
+    let code = if mode == "up" {
+        println!("export KUBECONFIG={}", plane.kubeconfig.display());
+        tokio::select! {
+            _ = interrupt.recv() => ExitCode::SUCCESS,
+            _ = terminate.recv() => ExitCode::SUCCESS,
+        }
+    } else {
+        let mut child = tokio::process::Command::new(&command[0])
+            .args(&command[1..])
+            .env("KUBECONFIG", &plane.kubeconfig)
+            .env("DI_E2E_KUBECONFIG", &plane.kubeconfig)
+            .env("DI_E2E_NODES", "simulated")
+            .kill_on_drop(true)
+            .spawn()?;
+        tokio::select! {
+            status = child.wait() => {
+                let status = status?;
+                ExitCode::from(status.code().map_or(1, |c| c.clamp(0, 255) as u8))
+            }
+            _ = interrupt.recv() => ExitCode::from(130),
+            _ = terminate.recv() => ExitCode::from(143),
+        }
+    };
+    plane.stop().await;
+    Ok(code)
+}

@@ -1,0 +1,121 @@
+//! Where the control plane's binaries come from: a folder of ready binaries named by
+//! `KUBEBUILDER_ASSETS` (as envtest users provide them), else our cache, else a build from the
+//! Go modules pinned in `hack/controlplane/go.mod`, cached by version so only the first run pays.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// The Kubernetes release the control plane is built from. It matches the `k8s-openapi` feature
+/// the workspace compiles against (a test keeps the two, and `hack/controlplane/go.mod`, in step).
+pub const KUBERNETES_VERSION: &str = "v1.34.4";
+
+/// The binaries, each with the Go package that builds it.
+const BINARIES: [(&str, &str); 3] = [
+    ("etcd", "go.etcd.io/etcd/server/v3"),
+    ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
+    ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+];
+
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_controller_manager: PathBuf,
+}
+
+/// Why the control plane cannot be had on this machine: the tier skips, saying so.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+/// The repository's root (this crate lives in `tests/e2e`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root exists")
+}
+
+/// The git-ignored folder where built binaries are kept, per version.
+pub fn cache_dir(root: &Path) -> PathBuf {
+    root.join(".cache/controlplane").join(KUBERNETES_VERSION)
+}
+
+/// Finds every binary, building the missing ones. `Ok(Err(_))` means the toolchain to build them
+/// is truly missing; `Err(_)` means a build was tried and failed.
+pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
+    let assets = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from);
+    let cache = cache_dir(root);
+    let mut missing = vec![];
+    let mut found = vec![];
+    for (name, package) in BINARIES {
+        let from_assets = assets.as_ref().map(|dir| dir.join(name)).filter(|p| p.is_file());
+        match from_assets.or_else(|| Some(cache.join(name)).filter(|p| p.is_file())) {
+            Some(path) => found.push(path),
+            None => {
+                missing.push((name, package));
+                found.push(cache.join(name));
+            }
+        }
+    }
+    if !missing.is_empty() {
+        if Command::new("go").arg("version").output().is_err() {
+            let names: Vec<_> = missing.iter().map(|(n, _)| *n).collect();
+            return Ok(Err(Unavailable(format!(
+                "{} not found in KUBEBUILDER_ASSETS or {}, and no Go toolchain to build them",
+                names.join(", "),
+                cache.display()
+            ))));
+        }
+        build(root, &cache, &missing)?;
+    }
+    let [etcd, kube_apiserver, kube_controller_manager] = <[PathBuf; 3]>::try_from(found).expect("three binaries");
+    Ok(Ok(Binaries { etcd, kube_apiserver, kube_controller_manager }))
+}
+
+fn build(root: &Path, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<()> {
+    let module = root.join("hack/controlplane");
+    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
+    for (name, package) in missing {
+        eprintln!("building {name} {KUBERNETES_VERSION} from Go modules (first run only; a few minutes)...");
+        // Build beside the target and rename, so an interrupted build never leaves half a binary.
+        let partial = cache.join(format!(".{name}.partial"));
+        let status = Command::new("go")
+            .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+            .arg(&partial)
+            .arg(package)
+            .current_dir(&module)
+            .status()
+            .with_context(|| format!("running go build for {name}"))?;
+        if !status.success() {
+            bail!("go build {package} failed ({status}); see the output above");
+        }
+        std::fs::rename(&partial, cache.join(name))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_stay_in_step() {
+        let root = repo_root();
+        let go_mod = std::fs::read_to_string(root.join("hack/controlplane/go.mod")).unwrap();
+        assert!(
+            go_mod.lines().any(|l| l.trim() == format!("k8s.io/kubernetes {KUBERNETES_VERSION}")),
+            "hack/controlplane/go.mod must require k8s.io/kubernetes {KUBERNETES_VERSION}"
+        );
+        let minor = KUBERNETES_VERSION.trim_start_matches('v').split('.').take(2).collect::<Vec<_>>().join("_");
+        let cargo = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let feature = format!("\"v{minor}\"");
+        assert!(
+            cargo.lines().any(|l| l.starts_with("k8s-openapi") && l.contains(&feature)),
+            "the workspace's k8s-openapi must use feature {feature} to match {KUBERNETES_VERSION}"
+        );
+        // Every staging module is pinned to the same release.
+        let staging = format!("v0.{}", KUBERNETES_VERSION.trim_start_matches("v1."));
+        for line in go_mod.lines().filter(|l| l.contains("=> k8s.io/")) {
+            assert!(line.trim_end().ends_with(&staging), "{line} is not pinned to {staging}");
+        }
+    }
+}

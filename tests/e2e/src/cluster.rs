@@ -1,0 +1,101 @@
+//! What the suite needs from the cluster under test, wherever it runs: a client, a namespace of
+//! its own per test, the CRDs, and waiting on conditions (never on fixed sleeps).
+//!
+//! The suite runs only against the cluster `DI_E2E_KUBECONFIG` names (set by `make e2e-local`
+//! and `make e2e`), never against whatever `KUBECONFIG` happens to point at.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client};
+
+use crate::binaries::repo_root;
+use crate::controlplane::admin_client;
+
+/// Field manager of everything the suite applies.
+pub const MANAGER: &str = "di-e2e";
+
+pub struct TestCluster {
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+}
+
+/// Connects to the cluster under test. Running the suite without one is a mistake, not a skip:
+/// the tier's entry points (`make e2e-local`, `make e2e`) provide it or say why they cannot.
+pub async fn connect() -> TestCluster {
+    let Some(kubeconfig) = std::env::var_os("DI_E2E_KUBECONFIG").map(PathBuf::from) else {
+        panic!(
+            "DI_E2E_KUBECONFIG is not set: run the suite with `make e2e-local` (local control plane) or `make e2e` (kind)"
+        );
+    };
+    let client = admin_client(&kubeconfig).await.expect("client for DI_E2E_KUBECONFIG");
+    TestCluster { client, kubeconfig }
+}
+
+impl TestCluster {
+    /// A fresh namespace for one test, `e2e-<hint>-<n>`.
+    pub async fn namespace(&self, hint: &str) -> String {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("e2e-{hint}-{}-{n}", std::process::id());
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let ns =
+            Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };
+        namespaces.create(&PostParams::default(), &ns).await.expect("create test namespace");
+        name
+    }
+
+    /// Applies the CRDs generated from pkg/api and waits until the API server serves them.
+    pub async fn install_crds(&self) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for (file, yaml) in di_api::crd::crd_files() {
+            let crd: CustomResourceDefinition = serde_yaml::from_str(&yaml).expect("generated CRD parses");
+            let name = crd.metadata.name.clone().expect("CRD has a name");
+            crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
+                .await
+                .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+            within(
+                Duration::from_secs(30),
+                &format!("{name} established"),
+                await_condition(crds.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .expect("watching the CRD");
+        }
+    }
+
+    /// Runs `kubectl` against the cluster under test; `None` (after saying so) when there is none.
+    pub fn kubectl(&self, args: &[&str]) -> Option<std::process::Output> {
+        let output = std::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .current_dir(repo_root())
+            .output();
+        match output {
+            Ok(o) => Some(o),
+            Err(e) => {
+                skip(&format!("kubectl cannot be run ({e})"));
+                None
+            }
+        }
+    }
+}
+
+/// Says loudly, past the test harness's output capture, that a check was skipped.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
+/// Awaits `future`, failing the test with `what` if it takes longer than `timeout`.
+pub async fn within<T>(timeout: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(timeout, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+}

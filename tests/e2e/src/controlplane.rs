@@ -1,0 +1,248 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, admission webhooks)
+//! and kube-controller-manager (garbage collection, namespaces, service accounts), on free ports
+//! with throwaway certificates. Stopping it, dropping it, or the next start after a crash leaves
+//! no process behind.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, sleep};
+
+use crate::binaries::Binaries;
+use crate::certs;
+
+/// Controllers the tier relies on: garbage collection of owned objects, namespace deletion, and
+/// the default ServiceAccount (and its token and CA bundle) that pods need.
+const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher";
+
+pub struct ControlPlane {
+    /// Everything of this run: certificates, etcd's data, logs, the kubeconfig.
+    pub dir: PathBuf,
+    /// Admin kubeconfig (system:masters).
+    pub kubeconfig: PathBuf,
+    /// `https://127.0.0.1:<port>`.
+    pub server: String,
+    children: Vec<(&'static str, Child)>,
+}
+
+impl ControlPlane {
+    /// Starts etcd, the API server and the controller manager under `runs/<our pid>/`, and
+    /// returns once the API server is ready and the controller manager has acted.
+    pub async fn start(binaries: &Binaries, runs: &Path) -> anyhow::Result<Self> {
+        reap_stale(runs);
+        let dir = runs.join(std::process::id().to_string());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let pki = certs::generate(&dir)?;
+        let admin_cert = write(&dir, "admin.crt", &pki.admin_cert_pem)?;
+        let admin_key = write(&dir, "admin.key", &pki.admin_key_pem)?;
+
+        let [etcd_port, peer_port, api_port] = [free_port()?, free_port()?, free_port()?];
+        let server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = dir.join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &server, &pki.ca_cert, &admin_cert, &admin_key)?;
+        let mut plane = ControlPlane { dir: dir.clone(), kubeconfig, server, children: vec![] };
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        plane.spawn(
+            "etcd",
+            &binaries.etcd,
+            &[
+                "--name=e2e".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=e2e={peer_url}"),
+                // Throwaway data: durability only costs time here.
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        plane.spawn(
+            "kube-apiserver",
+            &binaries.kube_apiserver,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", dir.join("apiserver").display()),
+                format!("--tls-cert-file={}", pki.serving_cert.display()),
+                format!("--tls-private-key-file={}", pki.serving_key.display()),
+                format!("--client-ca-file={}", pki.ca_cert.display()),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", pki.sa_public_key.display()),
+                format!("--service-account-signing-key-file={}", pki.sa_private_key.display()),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--authorization-mode=RBAC".into(),
+                // A loopback address cannot be the endpoint of the `kubernetes` Service.
+                "--endpoint-reconciler-type=none".into(),
+                "--allow-privileged=true".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        plane.wait_ready().await.context("kube-apiserver did not become ready")?;
+
+        plane.spawn(
+            "kube-controller-manager",
+            &binaries.kube_controller_manager,
+            &[
+                format!("--kubeconfig={}", plane.kubeconfig.display()),
+                "--bind-address=127.0.0.1".into(),
+                "--secure-port=0".into(),
+                "--leader-elect=false".into(),
+                format!("--controllers={CONTROLLERS}"),
+                format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
+                format!("--root-ca-file={}", pki.ca_cert.display()),
+                "--v=1".into(),
+            ],
+        )?;
+        plane.wait_default_service_account().await.context("kube-controller-manager did not create ServiceAccounts")?;
+        Ok(plane)
+    }
+
+    /// An admin client for this control plane.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        admin_client(&self.kubeconfig).await
+    }
+
+    /// Stops every process and removes the run's folder.
+    pub async fn stop(mut self) {
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = child.kill().await;
+        }
+        self.children.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    fn spawn(&mut self, name: &'static str, binary: &Path, args: &[String]) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.dir.join("logs").join(format!("{name}.log")))?;
+        let child = Command::new(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C reaches the harness, which stops things in order.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().unwrap_or_default();
+        let mut pids = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("pids"))?;
+        std::io::Write::write_all(&mut pids, format!("{pid}\n").as_bytes())?;
+        self.children.push((name, child));
+        Ok(())
+    }
+
+    /// Fails with the end of a component's log when one has exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        for (name, child) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                let log =
+                    std::fs::read_to_string(self.dir.join("logs").join(format!("{name}.log"))).unwrap_or_default();
+                let tail: Vec<_> = log.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
+                bail!("{name} exited ({status}):\n{}", tail.join("\n"));
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            self.check_alive()?;
+            match self.client().await {
+                Ok(client) => {
+                    let request = http::Request::get("/readyz").body(Vec::new())?;
+                    match client.request_text(request).await {
+                        Ok(body) if body.trim() == "ok" => return Ok(()),
+                        Ok(body) => last = body,
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+            sleep(Duration::from_millis(250)).await;
+        }
+        bail!("not ready after 90s: {last}")
+    }
+
+    async fn wait_default_service_account(&mut self) -> anyhow::Result<()> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client().await?, "default");
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            self.check_alive()?;
+            if accounts.get_opt("default").await?.is_some() {
+                return Ok(());
+            }
+            sleep(Duration::from_millis(250)).await;
+        }
+        bail!("no default ServiceAccount after 90s")
+    }
+}
+
+/// A client from a kubeconfig file, whatever `KUBECONFIG` says.
+pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let config = Kubeconfig::read_from(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Kills what a harness that died without cleaning up left behind: its run folder names its
+/// processes, and only processes whose command line mentions that folder are ours.
+pub fn reap_stale(runs: &Path) {
+    let Ok(entries) = std::fs::read_dir(runs) else { return };
+    for entry in entries.flatten() {
+        let owner = entry.file_name().to_string_lossy().into_owned();
+        let owner_alive = Path::new("/proc").join(&owner).exists() && owner != std::process::id().to_string();
+        if owner_alive {
+            continue;
+        }
+        let dir = entry.path();
+        let pids = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
+        for pid in pids.lines().filter(|p| !p.is_empty()) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&*dir.to_string_lossy()) {
+                eprintln!("killing process {pid} left over by an earlier run");
+                let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name);
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn write_kubeconfig(path: &Path, server: &str, ca: &Path, cert: &Path, key: &Path) -> anyhow::Result<()> {
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "di-e2e", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "di-e2e-admin", "user": {"client-certificate": cert, "client-key": key}}],
+        "contexts": [{"name": "di-e2e", "context": {"cluster": "di-e2e", "user": "di-e2e-admin", "namespace": "default"}}],
+        "current-context": "di-e2e",
+    });
+    std::fs::write(path, serde_yaml::to_string(&config)?)?;
+    Ok(())
+}

@@ -1,0 +1,7 @@
+//! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
+//! `certs`) and what the suite needs to drive a cluster (`cluster`).
+
+pub mod binaries;
+pub mod certs;
+pub mod cluster;
+pub mod controlplane;
