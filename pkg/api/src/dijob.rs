@@ -61,7 +61,8 @@ pub struct DIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
 
-    /// Priority label of the job (kept from DI-orchestrator 0.2; informational).
+    /// PriorityClass given to every pod of the job whose template names none (kept from
+    /// DI-orchestrator 0.2). Empty or unset leaves the pods' priority to the cluster's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
 

@@ -75,6 +75,12 @@ pub fn validate_dijob(job: &DIJob) -> Result<(), ValidationErrors> {
         );
     }
 
+    if let Some(class) = spec.priority_class_name.as_deref().filter(|c| !c.is_empty())
+        && let Some(problem) = dns1123_subdomain_problem(class)
+    {
+        errs.add("spec.priorityClassName", format!("Invalid value {class:?}: a PriorityClass name {problem}"));
+    }
+
     let job_volumes = check_volumes("spec.volumes", spec.volumes.as_deref().unwrap_or_default(), &mut errs);
 
     if spec.coordinator.is_none() {

@@ -351,6 +351,12 @@ fn each_rule_rejects_with_field_and_fix() {
             "the name must not be empty",
         ),
         (
+            "invalid priority class",
+            |j| j.spec.priority_class_name = Some("High Priority".into()),
+            "spec.priorityClassName",
+            "Invalid value \"High Priority\": a PriorityClass name must consist of lowercase letters",
+        ),
+        (
             "negative restart limit",
             |j| j.spec.restart_limit = Some(-1),
             "spec.restartLimit",
