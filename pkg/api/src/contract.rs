@@ -37,6 +37,10 @@ pub mod labels {
     pub const APP_COMPONENT: &str = "app.kubernetes.io/component";
     pub const APP_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
+    /// Index of a collector, logic learner or aggregator; DDP learners carry their logic
+    /// learner's index, so an aggregator's learners are one selector away.
+    pub const REPLICA_INDEX: &str = "diengine.opendilab.org/replica-index";
+
     pub const APP_NAME_VALUE: &str = "dijob";
     pub const MANAGED_BY_VALUE: &str = "di-orchestrator";
 }
@@ -64,6 +68,21 @@ pub mod env {
     pub const MASTER_ADDR: &str = "MASTER_ADDR";
     pub const MASTER_PORT: &str = "MASTER_PORT";
 }
+
+/// Annotations the reconciler keeps on a replica's Service, which outlives the replica's pods:
+/// how often the replica was replaced after failing, which failed pod was counted last, and
+/// when the replacement may start (exponential backoff).
+pub mod annotations {
+    pub const RESTARTS: &str = "diengine.opendilab.org/restarts";
+    pub const LAST_FAILED_UID: &str = "diengine.opendilab.org/last-failed-uid";
+    pub const RESTART_AFTER: &str = "diengine.opendilab.org/restart-after";
+}
+
+/// Port of the replica endpoint, the sidecar next to the coordinator
+/// (`KUBERNETES_SERVER_URL` points at it).
+pub const REPLICAS_PORT: i32 = 22280;
+/// Name of the sidecar container and of its port.
+pub const REPLICAS_CONTAINER_NAME: &str = "di-replicas";
 
 /// Name of the container port (and service port) that carries a replica's DI-engine traffic.
 pub const PORT_NAME: &str = "di-port";

@@ -95,8 +95,9 @@ pub struct DIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
 
-    /// How many times, in all, failed collector, learner and aggregator pods are replaced before
-    /// the job is marked as having exceeded its restart limit. Unset means no limit.
+    /// How many times each collector, learner and aggregator is replaced after its pod fails
+    /// (with exponential backoff). Past the limit the replica stays failed and the job gets a
+    /// RestartLimitExceeded condition. Unset means no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_limit: Option<i32>,
 

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::aggregator_config::AggregatorConfig;
-use crate::contract::{GPU_RESOURCE, MAX_GPUS_PER_LEARNER, MAX_REPLICAS, Role, names};
+use crate::contract::{
+    GPU_RESOURCE, MAX_GPUS_PER_LEARNER, MAX_REPLICAS, REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, names,
+};
 use crate::defaults::{CleanPodPolicy, default_dijob};
 use crate::dijob::DIJob;
 use crate::resources::{parse_quantity, whole_number};
@@ -303,6 +305,10 @@ fn check_template(
         ),
     }
 
+    if role == Role::Coordinator {
+        check_sidecar_reservations(path, &spec.containers, errs);
+    }
+
     let mut names = HashSet::new();
     let mut port_names = HashSet::new();
     let mut port_numbers = HashSet::new();
@@ -324,6 +330,26 @@ fn check_template(
                         format!("Not found {:?}: no volume of that name in spec.volumes or in the template's volumes; add it to spec.volumes", mount.name),
                     );
                 }
+            }
+        }
+    }
+}
+
+/// The orchestrator adds the replica endpoint to the coordinator's pod: its name and port are taken.
+fn check_sidecar_reservations(path: &str, containers: &[Container], errs: &mut Errors) {
+    for (i, container) in containers.iter().enumerate() {
+        if container.name == REPLICAS_CONTAINER_NAME {
+            errs.add(
+                format!("{path}.spec.containers[{i}].name"),
+                format!("Invalid value {REPLICAS_CONTAINER_NAME:?}: the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container"),
+            );
+        }
+        for (j, port) in container.ports.iter().flatten().enumerate() {
+            if port.container_port == REPLICAS_PORT {
+                errs.add(
+                    format!("{path}.spec.containers[{i}].ports[{j}].containerPort"),
+                    format!("Invalid value: {REPLICAS_PORT}: the port is reserved for the replica endpoint sidecar in the coordinator's pod; pick another"),
+                );
             }
         }
     }

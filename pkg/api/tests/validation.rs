@@ -351,6 +351,21 @@ fn each_rule_rejects_with_field_and_fix() {
             "the name must not be empty",
         ),
         (
+            "coordinator container named like the sidecar",
+            |j| pod(j, "coordinator").containers[0].name = "di-replicas".into(),
+            "spec.coordinator.template.spec.containers[0].name",
+            "the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container",
+        ),
+        (
+            "coordinator port of the sidecar",
+            |j| {
+                pod(j, "coordinator").containers[0].ports =
+                    Some(set_json(json!([{"name": "di-port", "containerPort": 22280}])));
+            },
+            "spec.coordinator.template.spec.containers[0].ports[0].containerPort",
+            "Invalid value: 22280: the port is reserved for the replica endpoint sidecar",
+        ),
+        (
             "invalid priority class",
             |j| j.spec.priority_class_name = Some("High Priority".into()),
             "spec.priorityClassName",
