@@ -1,7 +1,6 @@
 # The entry points people type. Every target works from a clean clone.
 
 CARGO ?= cargo
-CRDS  := manifests/crds
 
 .PHONY: all build test unit e2e-local controlplane lint fmt manifests check-manifests help
 
@@ -21,7 +20,7 @@ unit: check-manifests
 ## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
 ##            started on loopback (built from hack/controlplane on first use, cached in .cache/)
 e2e-local:
-	$(CARGO) build --quiet -p di-e2e --bin di-controlplane --tests
+	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins --tests
 	./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
 
 ## controlplane: start the local control plane and keep it up until Ctrl-C (prints its KUBECONFIG)
@@ -40,11 +39,11 @@ fmt:
 
 ## manifests: regenerate the CRDs from the Rust types in pkg/api
 manifests:
-	$(CARGO) run --quiet -p di-api --bin crdgen -- $(CRDS)
+	$(CARGO) run --quiet -p di-api --bin crdgen -- manifests
 
 ## check-manifests: fail when the checked-in CRDs differ from what the types generate
 check-manifests:
-	$(CARGO) run --quiet -p di-api --bin crdgen -- --check $(CRDS)
+	$(CARGO) run --quiet -p di-api --bin crdgen -- --check manifests
 
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'

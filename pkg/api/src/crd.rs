@@ -7,6 +7,18 @@ use crate::{AggregatorConfig, DIJob};
 /// Client-side `kubectl apply` keeps the whole object in an annotation of at most this size.
 pub const LAST_APPLIED_LIMIT: usize = 256 * 1024;
 
+/// Every generated file as `(path under manifests/, YAML)`: one file per CRD under `crds/` (for
+/// `kubectl apply -f manifests/crds/`), and both in `install/crds.yaml` (kustomize loads no
+/// file from outside its folder).
+pub fn generated_files() -> Vec<(String, String)> {
+    let crds = crd_files();
+    let mut files: Vec<(String, String)> =
+        crds.iter().map(|(name, yaml)| (format!("crds/{name}"), yaml.clone())).collect();
+    let combined = crds.iter().map(|(_, yaml)| yaml.as_str()).collect::<Vec<_>>().join("---\n");
+    files.push(("install/crds.yaml".into(), combined));
+    files
+}
+
 /// Each CRD as `(file name, YAML)`, in the order they are installed.
 pub fn crd_files() -> Vec<(&'static str, String)> {
     let header = "# Generated from pkg/api by `make manifests`; do not edit.\n";

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Scope, pinned_kind};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
 use crate::binaries::repo_root;
 use crate::controlplane::admin_client;
@@ -67,6 +69,28 @@ impl TestCluster {
             )
             .await
             .expect("watching the CRD");
+        }
+    }
+
+    /// Server-side applies every document of a manifest file (path from the repository root).
+    pub async fn apply_file(&self, path: &str) {
+        let text = std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        for doc in di_api::manifest::yaml_documents(&text).expect("manifest is YAML") {
+            let object: DynamicObject = serde_json::from_value(doc).expect("manifest document is an object");
+            let types = object.types.clone().expect("manifest document has apiVersion and kind");
+            let gvk = GroupVersionKind::try_from(&types).expect("apiVersion is group/version");
+            let (resource, caps) = pinned_kind(&self.client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?}: {e}"));
+            let api: Api<DynamicObject> = match caps.scope {
+                Scope::Namespaced => {
+                    let ns = object.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+                    Api::namespaced_with(self.client.clone(), &ns, &resource)
+                }
+                Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+            };
+            let name = object.name_any();
+            api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object))
+                .await
+                .unwrap_or_else(|e| panic!("applying {} {name} from {path}: {e}", types.kind));
         }
     }
 

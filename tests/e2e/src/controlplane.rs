@@ -124,6 +124,7 @@ impl ControlPlane {
             let _ = child.kill().await;
         }
         self.children.clear();
+        kill_processes_of(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
@@ -139,9 +140,6 @@ impl ControlPlane {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        let pid = child.id().unwrap_or_default();
-        let mut pids = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("pids"))?;
-        std::io::Write::write_all(&mut pids, format!("{pid}\n").as_bytes())?;
         self.children.push((name, child));
         Ok(())
     }
@@ -201,26 +199,43 @@ pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-/// Kills what a harness that died without cleaning up left behind: its run folder names its
-/// processes, and only processes whose command line mentions that folder are ours.
+/// Kills what a harness that died without cleaning up left behind, and removes its folder.
 pub fn reap_stale(runs: &Path) {
     let Ok(entries) = std::fs::read_dir(runs) else { return };
     for entry in entries.flatten() {
         let owner = entry.file_name().to_string_lossy().into_owned();
         let owner_alive = Path::new("/proc").join(&owner).exists() && owner != std::process::id().to_string();
-        if owner_alive {
+        if !owner_alive {
+            kill_processes_of(&entry.path());
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Environment variable that marks a process the suite started against a control plane: its
+/// value is the control plane's folder.
+pub const RUN_MARKER: &str = "DI_E2E_RUN";
+
+/// Kills every process of the control plane in `dir`: its own (their command lines name the
+/// folder) and what the suite started against it (marked with [`RUN_MARKER`]), even when the
+/// test process that started them was aborted.
+pub fn kill_processes_of(dir: &Path) {
+    let marker = dir.to_string_lossy().into_owned();
+    let env_marker = format!("{RUN_MARKER}={marker}");
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    for entry in procs.flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
             continue;
         }
-        let dir = entry.path();
-        let pids = std::fs::read_to_string(dir.join("pids")).unwrap_or_default();
-        for pid in pids.lines().filter(|p| !p.is_empty()) {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(&*dir.to_string_lossy()) {
-                eprintln!("killing process {pid} left over by an earlier run");
-                let _ = std::process::Command::new("kill").args(["-9", pid]).status();
-            }
+        let read =
+            |f: &str| String::from_utf8_lossy(&std::fs::read(entry.path().join(f)).unwrap_or_default()).into_owned();
+        let mentions = read("cmdline").contains(&marker) || read("environ").split('\0').any(|v| v == env_marker);
+        if mentions {
+            eprintln!("killing process {pid}, left over from the control plane in {marker}");
+            let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -1,7 +1,9 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
-//! `certs`) and what the suite needs to drive a cluster (`cluster`).
+//! `certs`) and what the suite needs to drive a cluster (`cluster`, `nodes`, `orchestrator`).
 
 pub mod binaries;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;
+pub mod nodes;
+pub mod orchestrator;

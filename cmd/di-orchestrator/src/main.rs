@@ -1,0 +1,169 @@
+//! The in-cluster binary. Each subcommand wires the pkg/ crates together; no logic lives here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use clap::{Args, Parser, Subcommand};
+use di_controller::desired::Settings;
+use di_controller::leader::{self, LeaseConfig};
+use di_controller::metrics::Metrics;
+use di_controller::reconciler::{self, Options};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::info;
+
+#[derive(Parser)]
+#[command(name = "di-orchestrator", version, about = "Kubernetes orchestration of DI-engine jobs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the DIJob reconciler, with health probes and metrics.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "DI_PROBE_ADDR", default_value = "0.0.0.0:8080")]
+    probe_addr: SocketAddr,
+    /// Image of the replica endpoint sidecar added to every coordinator (this binary's image).
+    #[arg(long, env = "DI_REPLICAS_IMAGE", default_value = "opendilab/di-orchestrator:latest")]
+    replicas_image: String,
+    /// GPUs one DDP learner pod may hold; larger learners are split across pods.
+    #[arg(long, default_value_t = 8)]
+    max_gpus_per_pod: i32,
+    /// AggregatorConfig (namespace/name) for jobs that name none.
+    #[arg(long, default_value = "di-system/aggregator-config")]
+    default_aggregator_config: String,
+    /// First delay before a failed replica is replaced, in seconds; it doubles each time.
+    #[arg(long, default_value_t = 10.0)]
+    restart_backoff_seconds: f64,
+    /// Jobs reconciled at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: u16,
+    /// Reconcile only the DIJobs of this namespace (default: every namespace).
+    #[arg(long, env = "DI_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Hold a Lease before reconciling, so only one replica acts.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
+    lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "di-orchestrator")]
+    lease_name: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+#[derive(Clone)]
+struct Probes {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await.context("connecting to the API server")?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(|State(p): State<Probes>| async move { p.metrics.encode() }))
+        .with_state(probes);
+    let listener = tokio::net::TcpListener::bind(args.probe_addr).await.context("binding the probe address")?;
+    info!(addr = %listener.local_addr()?, "serving probes and metrics");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Ready once the API server answers for DIJobs (reachable, CRD installed), leader or not: a
+    // standby replica is healthy too.
+    kube::Api::<di_api::DIJob>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .context("listing DIJobs: are the CRDs installed?")?;
+    ready.store(true, Ordering::Relaxed);
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let lease = args.leader_elect.then(|| LeaseConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: std::env::var("KUBERNETES_POD_NAME")
+            .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id())),
+        duration: Duration::from_secs(15),
+        renew_every: Duration::from_secs(5),
+    });
+    let options = Options {
+        settings: Settings {
+            replicas_image: args.replicas_image,
+            max_gpus_per_pod: args.max_gpus_per_pod,
+            default_aggregator_config: args.default_aggregator_config,
+        },
+        restart_backoff: Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0)),
+        concurrency: args.concurrency,
+        namespace: args.namespace,
+    };
+
+    if let Some(lease) = &lease {
+        tokio::select! {
+            _ = leader::acquire(client.clone(), lease) => {}
+            _ = until_stopped(stopped.clone()) => return Ok(()),
+        }
+    }
+    let run = reconciler::run(client.clone(), options, metrics, until_stopped(stopped));
+    match &lease {
+        None => run.await,
+        Some(lease) => {
+            tokio::select! {
+                _ = run => {}
+                _ = leader::hold(client.clone(), lease) => {
+                    // Another replica may act now: stop at once rather than act twice.
+                    anyhow::bail!("lost leadership");
+                }
+            }
+        }
+    }
+    info!("stopped");
+    Ok(())
+}
+
+async fn readyz(State(p): State<Probes>) -> (StatusCode, &'static str) {
+    if p.ready.load(Ordering::Relaxed) { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "starting") }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "di-orchestrator".into())
+}

@@ -1,0 +1,9 @@
+//! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`) sit at the core; the
+//! Kubernetes I/O (`reconciler`, `leader`) at the edge.
+
+pub mod desired;
+pub mod leader;
+pub mod metrics;
+pub mod plan;
+pub mod reconciler;
+pub mod status;

@@ -1,0 +1,97 @@
+//! Prometheus metrics of the reconciler, served as OpenMetrics text on `/metrics`.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use di_api::Phase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+pub struct Metrics {
+    pub reconciles: Counter,
+    pub reconcile_errors: Counter,
+    pub reconcile_duration: Histogram,
+    pub pods_created: Counter,
+    pub pods_deleted: Counter,
+    pub status_writes: Counter,
+    pub phase_transitions: Family<PhaseLabel, Counter>,
+    /// DIJobs by phase, set from the reconciler's cache when scraped.
+    pub jobs: Family<PhaseLabel, Gauge>,
+    registry: Mutex<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let metrics = Metrics {
+            reconciles: Counter::default(),
+            reconcile_errors: Counter::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            pods_created: Counter::default(),
+            pods_deleted: Counter::default(),
+            status_writes: Counter::default(),
+            phase_transitions: Family::default(),
+            jobs: Family::default(),
+            registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
+        };
+        {
+            let mut r = metrics.registry.lock().expect("metrics registry");
+            r.register("reconciles", "Reconcile passes started", metrics.reconciles.clone());
+            r.register(
+                "reconcile_errors",
+                "Reconcile passes that failed and were requeued",
+                metrics.reconcile_errors.clone(),
+            );
+            r.register("reconcile_duration_seconds", "Time a reconcile pass takes", metrics.reconcile_duration.clone());
+            r.register("pods_created", "Pods created", metrics.pods_created.clone());
+            r.register("pods_deleted", "Pods deleted", metrics.pods_deleted.clone());
+            r.register("status_writes", "DIJob status writes", metrics.status_writes.clone());
+            r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
+            r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
+        }
+        metrics
+    }
+
+    /// Counts a pass and times it until the guard drops.
+    pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
+        self.reconciles.inc();
+        ReconcileTimer { metrics: self, start: Instant::now() }
+    }
+
+    pub fn phase_transition(&self, phase: Phase) {
+        self.phase_transitions.get_or_create(&PhaseLabel { phase: format!("{phase:?}") }).inc();
+    }
+
+    /// OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        let registry = self.registry.lock().expect("metrics registry");
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics.reconcile_duration.observe(self.start.elapsed().as_secs_f64());
+    }
+}

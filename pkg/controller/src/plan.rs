@@ -1,0 +1,245 @@
+//! One reconcile pass, decided without I/O: from the job and what exists, the status to write and
+//! the actions that move the world toward the job's desired state. Every action is safe to repeat,
+//! so a pass cut short by a crash is simply decided again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use di_api::contract::{Role, annotations, labels, names};
+use di_api::defaults::{CleanPodPolicy, clean_pod_policy};
+use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+
+use crate::desired::{self, BuildError, Rbac, Settings};
+use crate::status::{self, Facts, is_active, is_terminating, pod_phase, role_of};
+
+/// What exists of a job, and when.
+pub struct World<'a> {
+    pub pods: Vec<&'a Pod>,
+    pub services: Vec<&'a Service>,
+    /// The AggregatorConfig, when the job's learners need one and it exists.
+    pub aggregator_config: Option<&'a AggregatorConfig>,
+    /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
+    pub missing_aggregator_config: Option<String>,
+    pub now: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// The sidecar's ServiceAccount, Role and RoleBinding.
+    CreateRbac(Box<Rbac>),
+    CreateService(Box<Service>),
+    CreatePod(Box<Pod>),
+    /// Count a failed replica's replacement on its Service, then its pod is deleted.
+    MarkRestart {
+        service: String,
+        restarts: u32,
+        failed_uid: String,
+        restart_after: Timestamp,
+    },
+    DeletePod {
+        name: String,
+        why: Why,
+    },
+    DeleteService(String),
+    DeleteRbac,
+    /// The finished job's TTL has passed.
+    DeleteJob,
+}
+
+/// Why a pod is deleted, for events and metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    ScaledDown,
+    Failed,
+    AggregatorFailed,
+    Suspended,
+    Cleanup,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub status: DIJobStatus,
+    pub actions: Vec<Action>,
+    /// When to look again even if nothing changes (backoff, TTL).
+    pub requeue_after: Option<Duration>,
+}
+
+/// Longest wait before a failed replica is replaced.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Backoff before the `restarts`-th replacement: `base * 2^(restarts-1)`, capped.
+pub fn backoff(base: Duration, restarts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(restarts.saturating_sub(1));
+    base.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
+/// Decides a pass for a defaulted, valid job.
+pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Duration) -> Result<Plan, BuildError> {
+    let name = job.name_any();
+    let pods: BTreeMap<String, &Pod> = world.pods.iter().map(|p| (p.name_any(), *p)).collect();
+    let services: BTreeMap<String, &Service> = world.services.iter().map(|s| (s.name_any(), *s)).collect();
+    let coordinator_name = names::coordinator(&name);
+    let coordinator = pods.get(&coordinator_name).copied();
+    let previous = job.status.as_ref().and_then(|s| s.phase);
+
+    let mut facts = Facts { missing_aggregator_config: world.missing_aggregator_config.clone(), ..Facts::default() };
+    let mut actions = vec![];
+    let mut requeue: Option<Duration> = None;
+    let mut requeue_at = |d: Duration| requeue = Some(requeue.map_or(d, |r| r.min(d)));
+
+    let phase = if job.spec.is_suspended() && !previous.is_some_and(Phase::is_finished) {
+        facts.suspended = true;
+        Phase::Created
+    } else {
+        status::job_phase(previous, coordinator)
+    };
+    facts.phase = Some(phase);
+    facts.phase_reason = phase_reason(phase, coordinator);
+
+    if phase.is_finished() {
+        let policy = clean_pod_policy(job);
+        for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
+            let remove = match policy {
+                CleanPodPolicy::All => true,
+                CleanPodPolicy::Running => is_active(pod),
+                CleanPodPolicy::None => false,
+            };
+            if remove {
+                actions.push(Action::DeletePod { name: pod.name_any(), why: Why::Cleanup });
+            }
+        }
+        actions.extend(services.keys().map(|s| Action::DeleteService(s.clone())));
+        if !previous.is_some_and(Phase::is_finished) {
+            actions.push(Action::DeleteRbac);
+        }
+    } else if facts.suspended {
+        for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
+            actions.push(Action::DeletePod { name: pod.name_any(), why: Why::Suspended });
+        }
+        actions.extend(services.keys().map(|s| Action::DeleteService(s.clone())));
+    } else {
+        let wanted = desired::replicas(job, world.aggregator_config, settings)?;
+        let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();
+        let limit = job.spec.restart_limit;
+        let mut failed_aggregators = BTreeSet::new();
+        for replica in &wanted {
+            let pod_name = replica.name();
+            let service = services.get(&pod_name).copied();
+            if service.is_none() {
+                actions.push(Action::CreateService(Box::new(replica.service.clone())));
+            }
+            let restarts = service.map_or(0, restarts_of);
+            match pods.get(&pod_name) {
+                None => {
+                    if replica.role == Role::Coordinator {
+                        actions.push(Action::CreateRbac(Box::new(desired::rbac(job)?)));
+                    }
+                    let after = service.and_then(restart_after);
+                    match after.map(|t| t.duration_since(world.now)).filter(|d| d.is_positive()) {
+                        Some(wait) => requeue_at(wait.unsigned_abs()),
+                        None => {
+                            let mut pod = replica.pod.clone();
+                            if restarts > 0 {
+                                pod.annotations_mut().insert(annotations::RESTARTS.into(), restarts.to_string());
+                            }
+                            actions.push(Action::CreatePod(Box::new(pod)));
+                        }
+                    }
+                }
+                Some(pod) if is_terminating(pod) => {}
+                Some(pod) if pod_phase(pod) == "Failed" && replica.role != Role::Coordinator => {
+                    let uid = pod.uid().unwrap_or_default();
+                    let counted = service.and_then(|s| s.annotations().get(annotations::LAST_FAILED_UID)) == Some(&uid);
+                    if !counted && limit.is_some_and(|l| restarts >= l.max(0) as u32) {
+                        facts.over_restart_limit.push(pod_name.clone());
+                        continue;
+                    }
+                    if !counted {
+                        let next = restarts + 1;
+                        let wait = backoff(restart_backoff, next);
+                        let restart_after = world.now + SignedDuration::try_from(wait).unwrap_or(SignedDuration::ZERO);
+                        actions.push(Action::MarkRestart {
+                            service: pod_name.clone(),
+                            restarts: next,
+                            failed_uid: uid,
+                            restart_after,
+                        });
+                        requeue_at(wait);
+                    }
+                    actions.push(Action::DeletePod { name: pod_name.clone(), why: Why::Failed });
+                    if replica.role == Role::Aggregator {
+                        failed_aggregators.insert(replica.index);
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        // An aggregator's DDP learners start over with it.
+        for replica in wanted.iter().filter(|r| r.role == Role::DdpLearner && failed_aggregators.contains(&r.index)) {
+            if let Some(pod) = pods.get(&replica.name()).filter(|p| !is_terminating(p)) {
+                actions.push(Action::DeletePod { name: pod.name_any(), why: Why::AggregatorFailed });
+            }
+        }
+
+        // What the job no longer wants goes, highest index first. Learner pods stay while their
+        // AggregatorConfig is missing: the job still wants them, it just cannot build them.
+        let keep = |pod: &Pod| {
+            wanted_names.contains(&pod.name_any())
+                || (world.missing_aggregator_config.is_some()
+                    && matches!(role_of(pod), Some(Role::Learner | Role::Aggregator | Role::DdpLearner)))
+        };
+        let mut excess: Vec<&Pod> = world.pods.iter().copied().filter(|p| !keep(p) && !is_terminating(p)).collect();
+        excess.sort_by_key(|p| std::cmp::Reverse((index_of(p), p.name_any())));
+        actions.extend(excess.iter().map(|p| Action::DeletePod { name: p.name_any(), why: Why::ScaledDown }));
+        for service in services.keys() {
+            let owned_by_kept_pod = pods.get(service).is_some_and(|p| keep(p));
+            if !wanted_names.contains(service) && !owned_by_kept_pod {
+                actions.push(Action::DeleteService(service.clone()));
+            }
+        }
+    }
+
+    let status = status::compute(job, &world.pods, &facts, world.now);
+    if phase.is_finished()
+        && let Some(ttl) = job.spec.ttl_seconds_after_finished
+    {
+        let finished = status::finished_at(&DIJob { status: Some(status.clone()), ..job.clone() }).unwrap_or(world.now);
+        let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
+        match expires.duration_since(world.now) {
+            left if left.is_positive() => requeue_at(left.unsigned_abs()),
+            _ => actions.push(Action::DeleteJob),
+        }
+    }
+    Ok(Plan { status, actions, requeue_after: requeue })
+}
+
+fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
+    let pod_message = coordinator
+        .and_then(|p| p.status.as_ref())
+        .and_then(|s| s.message.clone().or_else(|| s.reason.clone()))
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    let (reason, message) = match phase {
+        Phase::Created => ("JobCreated", "waiting for the coordinator to run".to_string()),
+        Phase::Running => ("CoordinatorRunning", "the coordinator is running".to_string()),
+        Phase::Succeeded => ("CoordinatorSucceeded", "the coordinator exited successfully".to_string()),
+        Phase::Failed => ("CoordinatorFailed", format!("the coordinator failed{pod_message}")),
+        Phase::Unknown => ("CoordinatorUnknown", "the coordinator's state cannot be observed".to_string()),
+    };
+    (reason.into(), message)
+}
+
+fn restarts_of(service: &Service) -> u32 {
+    service.annotations().get(annotations::RESTARTS).and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
+fn restart_after(service: &Service) -> Option<Timestamp> {
+    service.annotations().get(annotations::RESTART_AFTER)?.parse().ok()
+}
+
+fn index_of(pod: &Pod) -> i64 {
+    pod.labels().get(labels::REPLICA_INDEX).and_then(|i| i.parse().ok()).unwrap_or(-1)
+}

@@ -1,0 +1,392 @@
+//! The I/O edge of the reconciler: watches DIJobs and the pods and services they own, feeds each
+//! pass the world from the caches, writes the status and carries out the plan's actions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::contract::{annotations, labels};
+use di_api::defaults::default_dijob;
+use di_api::validation::validate_dijob;
+use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as Requeue, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::desired::{self, BuildError, Settings, managed_selector};
+use crate::metrics::Metrics;
+use crate::plan::{self, Action, Why, World};
+use crate::status::{self, Facts};
+
+/// Field manager of everything the reconciler writes.
+pub const MANAGER: &str = "di-orchestrator";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("building the job's objects: {0}")]
+    Build(#[from] BuildError),
+}
+
+/// Everything a pass needs besides the job.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub services: Store<Service>,
+    pub settings: Settings,
+    /// First delay before a failed replica is replaced; doubles with each replacement.
+    pub restart_backoff: Duration,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Options of the reconciler loop.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub settings: Settings,
+    pub restart_backoff: Duration,
+    /// Passes run at once.
+    pub concurrency: u16,
+    /// Only this namespace's jobs, pods and services; `None` for the whole cluster.
+    pub namespace: Option<String>,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the reconciler until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    options: Options,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let selector = watcher::Config::default().labels(&managed_selector());
+    let (pods, pod_writer) = reflector::store();
+    let namespace = options.namespace.as_deref();
+    let pod_stream = watcher(api::<Pod>(&client, namespace), selector.clone())
+        .default_backoff()
+        .modify(slim_pod)
+        .reflect(pod_writer)
+        .touched_objects();
+    let (services, service_writer) = reflector::store();
+    let service_stream = watcher(api::<Service>(&client, namespace), selector)
+        .default_backoff()
+        .modify(slim_service)
+        .reflect(service_writer)
+        .touched_objects();
+    let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        pods,
+        services,
+        settings: options.settings,
+        restart_backoff: options.restart_backoff,
+        metrics,
+    });
+    let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
+    let jobs = api::<DIJob>(&client, options.namespace.as_deref());
+    Controller::new(jobs, watcher::Config::default().any_semantic())
+        .with_config(config)
+        .owns_stream(pod_stream)
+        .owns_stream(service_stream)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                warn!("reconcile: {e}");
+            }
+        })
+        .await;
+}
+
+/// Only what a pass reads of a pod is cached: no spec, no managed fields.
+fn slim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    pod.metadata.managed_fields = None;
+    if let Some(status) = pod.status.take() {
+        pod.status = Some(PodStatus {
+            phase: status.phase,
+            conditions: status.conditions,
+            message: status.message,
+            reason: status.reason,
+            pod_ip: status.pod_ip,
+            ..Default::default()
+        });
+    }
+}
+
+fn slim_service(service: &mut Service) {
+    service.spec = None;
+    service.metadata.managed_fields = None;
+}
+
+fn error_policy(job: Arc<DIJob>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    ctx.metrics.reconcile_errors.inc();
+    warn!(job = %job.name_any(), namespace = ?job.namespace(), "reconcile failed: {error}");
+    Requeue::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let _timer = ctx.metrics.reconcile_started();
+    if job.metadata.deletion_timestamp.is_some() {
+        // Everything the job owns goes with it through garbage collection.
+        return Ok(Requeue::await_change());
+    }
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let mut job = (*job).clone();
+    default_dijob(&mut job);
+
+    if let Err(errors) = validate_dijob(&job) {
+        // A bad object is marked once and left alone: requeueing it cannot fix it.
+        let message = format!("the job is invalid: {errors}");
+        mark_failed(&ctx, &job, "InvalidSpec", &message).await?;
+        return Ok(Requeue::await_change());
+    }
+
+    let pods = ctx.pods.state();
+    let services = ctx.services.state();
+    let owned = |labels: &std::collections::BTreeMap<String, String>| labels.get(labels::JOB_NAME) == Some(&name);
+    let job_pods: Vec<&Pod> = pods
+        .iter()
+        .map(|p| p.as_ref())
+        .filter(|p| p.namespace().as_deref() == Some(&namespace) && owned(p.labels()))
+        .collect();
+    let job_services: Vec<&Service> = services
+        .iter()
+        .map(|s| s.as_ref())
+        .filter(|s| s.namespace().as_deref() == Some(&namespace) && owned(s.labels()))
+        .collect();
+
+    let (aggregator_config, missing) = aggregator_config(&ctx, &job).await?;
+    let world = World {
+        pods: job_pods,
+        services: job_services,
+        aggregator_config: aggregator_config.as_ref(),
+        missing_aggregator_config: missing,
+        now: Timestamp::now(),
+    };
+    let plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
+        Ok(plan) => plan,
+        Err(e) => {
+            mark_failed(&ctx, &job, "CannotBuildPods", &e.to_string()).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
+
+    let previous = job.status.as_ref().and_then(|s| s.phase);
+    if job.status.as_ref() != Some(&plan.status) {
+        write_status(&ctx, &job, &plan.status).await?;
+        if plan.status.phase != previous
+            && let Some(phase) = plan.status.phase
+        {
+            ctx.metrics.phase_transition(phase);
+            let kind = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+            let note = plan.status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
+            publish(&ctx, &job, kind, &format!("Job{phase:?}"), "Reconcile", note).await;
+        }
+    }
+    execute(&ctx, &job, &plan.actions).await?;
+    // A periodic look catches what no watch event reports (time passing, a lost event).
+    Ok(Requeue::requeue(plan.requeue_after.unwrap_or(Duration::from_secs(300))))
+}
+
+/// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
+async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<AggregatorConfig>, Option<String>), Error> {
+    if !desired::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
+        return Ok((None, None));
+    }
+    let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);
+    let api: Api<AggregatorConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.get_opt(&name).await? {
+        Some(mut config) => {
+            di_api::defaults::default_aggregator_config(&mut config);
+            Ok((Some(config), None))
+        }
+        None => Ok((None, Some(format!("{namespace}/{name}")))),
+    }
+}
+
+async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
+    for action in actions {
+        match action {
+            Action::CreateRbac(rbac) => {
+                create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account)
+                    .await?;
+                create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
+                create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
+            }
+            Action::CreateService(service) => {
+                create(&services, service).await?;
+            }
+            Action::CreatePod(pod) => {
+                if create(&pods, pod).await? {
+                    ctx.metrics.pods_created.inc();
+                    created.push(pod.name_any());
+                }
+            }
+            Action::MarkRestart { service, restarts, failed_uid, restart_after } => {
+                let patch = json!({"metadata": {"annotations": {
+                    annotations::RESTARTS: restarts.to_string(),
+                    annotations::LAST_FAILED_UID: failed_uid,
+                    annotations::RESTART_AFTER: restart_after.to_string(),
+                }}});
+                match services.patch(service, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => replaced.push(format!("{service} (restart {restarts})")),
+                    Err(e) if is_status(&e, 404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Action::DeletePod { name, why } => {
+                if delete(&pods, name).await? {
+                    ctx.metrics.pods_deleted.inc();
+                    deleted.push((name.clone(), *why));
+                }
+            }
+            Action::DeleteService(name) => {
+                delete(&services, name).await?;
+            }
+            Action::DeleteRbac => {
+                let identity = di_api::contract::names::replicas_identity(&job.name_any());
+                delete(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &identity).await?;
+                delete(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity).await?;
+                delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity).await?;
+            }
+            Action::DeleteJob => {
+                let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
+                let params = DeleteParams {
+                    propagation_policy: Some(kube::api::PropagationPolicy::Background),
+                    ..Default::default()
+                };
+                match jobs.delete(&job.name_any(), &params).await {
+                    Ok(_) => info!(job = %job.name_any(), "deleted after its TTL"),
+                    Err(e) if is_status(&e, 404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    // One event per pass, not one per pod: a 500-replica job must not cost 500 events.
+    if !created.is_empty() {
+        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", &created))).await;
+    }
+    if !replaced.is_empty() {
+        publish(
+            ctx,
+            job,
+            EventType::Warning,
+            "Replaced",
+            "ReplaceFailedPods",
+            Some(summary("replacing failed", &replaced)),
+        )
+        .await;
+    }
+    for (why, reason) in [
+        (Why::ScaledDown, "ScaledDown"),
+        (Why::Suspended, "Suspended"),
+        (Why::Cleanup, "CleanedUp"),
+        (Why::AggregatorFailed, "AggregatorFailed"),
+    ] {
+        let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
+        if !names.is_empty() {
+            publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names))).await;
+        }
+    }
+    Ok(())
+}
+
+fn summary(verb: &str, names: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut text =
+        format!("{verb} {} pod(s): {}", names.len(), names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "));
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+/// Creates `object`; `Ok(false)` when it already exists, which is success.
+async fn create<K>(api: &Api<K>, object: &K) -> Result<bool, Error>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, object).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, 409) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes `name` at once; `Ok(false)` when it is already gone, which is success.
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<bool, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, 404) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Result<(), Error> {
+    let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": DIJob::api_version(&()),
+        "kind": DIJob::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+    ctx.metrics.status_writes.inc();
+    Ok(())
+}
+
+/// Marks a job that cannot be run as Failed, once, with the reason.
+async fn mark_failed(ctx: &Context, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+    let facts = Facts { phase: Some(Phase::Failed), phase_reason: (reason.into(), message.into()), ..Facts::default() };
+    let status = status::compute(job, &[], &facts, Timestamp::now());
+    let unchanged = job.status.as_ref().is_some_and(|s| {
+        s.phase == Some(Phase::Failed)
+            && s.conditions.iter().any(|c| c.type_ == "Failed" && c.message.as_deref() == Some(message))
+    });
+    if !unchanged {
+        write_status(ctx, job, &status).await?;
+        publish(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned())).await;
+    }
+    Ok(())
+}
+
+async fn publish(ctx: &Context, job: &DIJob, type_: EventType, reason: &str, action: &str, note: Option<String>) {
+    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        warn!(job = %job.name_any(), "publishing event {reason}: {e}");
+    }
+}

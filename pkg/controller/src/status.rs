@@ -1,0 +1,210 @@
+//! The job's status, recomputed from its pods on every pass: phase, conditions, counts.
+
+use std::collections::BTreeMap;
+
+use di_api::contract::{Role, labels};
+use di_api::{DIJob, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// Condition types besides the phases.
+pub const SUSPENDED: &str = "Suspended";
+pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
+pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
+
+pub fn role_of(pod: &Pod) -> Option<Role> {
+    pod.metadata.labels.as_ref()?.get(labels::REPLICA_TYPE).and_then(|l| Role::from_label(l))
+}
+
+pub fn pod_phase(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
+}
+
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Pending or running, and not on its way out.
+pub fn is_active(pod: &Pod) -> bool {
+    !is_terminating(pod) && matches!(pod_phase(pod), "Pending" | "Running" | "Unknown")
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    !is_terminating(pod)
+        && pod_phase(pod) == "Running"
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The job's phase: terminal phases stick; otherwise it follows the coordinator pod.
+pub fn job_phase(previous: Option<Phase>, coordinator: Option<&Pod>) -> Phase {
+    if let Some(p) = previous.filter(|p| p.is_finished()) {
+        return p;
+    }
+    match coordinator.filter(|p| !is_terminating(p)).map(pod_phase) {
+        None | Some("Pending") => Phase::Created,
+        Some("Running") => Phase::Running,
+        Some("Succeeded") => Phase::Succeeded,
+        Some("Failed") => Phase::Failed,
+        Some(_) => Phase::Unknown,
+    }
+}
+
+/// What the status says beyond the counts, decided by the pass.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    pub phase: Option<Phase>,
+    /// `(reason, message)` of the phase's transition.
+    pub phase_reason: (String, String),
+    pub suspended: bool,
+    /// Replicas past the restart limit.
+    pub over_restart_limit: Vec<String>,
+    /// The AggregatorConfig the learners need but cannot be found.
+    pub missing_aggregator_config: Option<String>,
+}
+
+/// Computes the status from the job's pods and the facts of this pass. Transition times move only
+/// when a condition's status changes, so recomputing an unchanged world gives an equal status.
+pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJobStatus {
+    let previous = job.status.clone().unwrap_or_default();
+    let mut conditions = previous.conditions.clone();
+    let phase = facts.phase.or(previous.phase).unwrap_or(Phase::Created);
+    let (reason, message) = &facts.phase_reason;
+    set_condition(&mut conditions, "Created", true, "JobCreated", "the job's coordinator is created", now);
+    match phase {
+        Phase::Running => set_condition(&mut conditions, "Running", true, reason, message, now),
+        Phase::Succeeded | Phase::Failed => {
+            if conditions.iter().any(|c| c.type_ == "Running") {
+                set_condition(&mut conditions, "Running", false, "JobFinished", "the job has finished", now);
+            }
+            let kind = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
+            set_condition(&mut conditions, kind, true, reason, message, now);
+        }
+        Phase::Created | Phase::Unknown => {}
+    }
+    if facts.suspended || conditions.iter().any(|c| c.type_ == SUSPENDED) {
+        let (r, m) = if facts.suspended {
+            ("JobSuspended", "spec.suspend is true: the job's pods are deleted until it is resumed")
+        } else {
+            ("JobResumed", "the job was resumed")
+        };
+        set_condition(&mut conditions, SUSPENDED, facts.suspended, r, m, now);
+    }
+    if !facts.over_restart_limit.is_empty() || conditions.iter().any(|c| c.type_ == RESTART_LIMIT_EXCEEDED) {
+        let limit = job.spec.restart_limit.unwrap_or_default();
+        let message = format!("replaced {limit} times already, left failed: {}", facts.over_restart_limit.join(", "));
+        let exceeded = !facts.over_restart_limit.is_empty();
+        let (r, m) = if exceeded { ("RestartLimitReached", message.as_str()) } else { ("WithinRestartLimit", "") };
+        set_condition(&mut conditions, RESTART_LIMIT_EXCEEDED, exceeded, r, m, now);
+    }
+    if facts.missing_aggregator_config.is_some() || conditions.iter().any(|c| c.type_ == AGGREGATOR_CONFIG_NOT_FOUND) {
+        let missing = facts.missing_aggregator_config.as_deref();
+        let message = missing.map(|c| format!("AggregatorConfig {c} not found: multi-GPU learners wait for it"));
+        let (r, m) = match &message {
+            Some(m) => ("NotFound", m.as_str()),
+            None => ("Found", ""),
+        };
+        set_condition(&mut conditions, AGGREGATOR_CONFIG_NOT_FOUND, missing.is_some(), r, m, now);
+    }
+
+    let mut replica_status: BTreeMap<String, ReplicaStatus> = BTreeMap::new();
+    for pod in pods {
+        let Some(role) = role_of(pod) else { continue };
+        let entry = replica_status.entry(role.replica_type().to_string()).or_default();
+        match pod_phase(pod) {
+            "Succeeded" => entry.succeeded += 1,
+            "Failed" => entry.failed += 1,
+            _ if is_active(pod) => entry.active += 1,
+            _ => {}
+        }
+    }
+
+    DIJobStatus {
+        phase: Some(phase),
+        conditions,
+        replica_status,
+        observed_generation: job.metadata.generation,
+        collectors: job
+            .spec
+            .collector
+            .as_ref()
+            .map(|_| format!("{}/{}", ready_collectors(pods), job.spec.collector_replicas())),
+        learners: job
+            .spec
+            .learner
+            .as_ref()
+            .map(|_| format!("{}/{}", ready_learners(pods), job.spec.learner_replicas())),
+    }
+}
+
+fn ready_collectors(pods: &[&Pod]) -> usize {
+    pods.iter().filter(|p| role_of(p) == Some(Role::Collector) && is_ready(p)).count()
+}
+
+/// Logic learners ready: single learners, and aggregators whose DDP learners are all ready.
+fn ready_learners(pods: &[&Pod]) -> usize {
+    let index = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(labels::REPLICA_INDEX).cloned());
+    let single = pods.iter().filter(|p| role_of(p) == Some(Role::Learner) && is_ready(p)).count();
+    let aggregated = pods
+        .iter()
+        .filter(|p| role_of(p) == Some(Role::Aggregator) && is_ready(p))
+        .filter(|agg| {
+            let mut ddp =
+                pods.iter().filter(|p| role_of(p) == Some(Role::DdpLearner) && index(p) == index(agg)).peekable();
+            ddp.peek().is_some() && ddp.all(|p| is_ready(p))
+        })
+        .count();
+    single + aggregated
+}
+
+/// Sets a condition, keeping its transition time unless its status changes.
+pub fn set_condition(
+    conditions: &mut Vec<DIJobCondition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let reason = Some(reason.to_owned()).filter(|r| !r.is_empty());
+    let message = Some(message.to_owned()).filter(|m| !m.is_empty());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => {
+            // Same status: keep the transition, and the reason that explained it.
+            if c.reason.is_none() {
+                c.reason = reason;
+            }
+        }
+        Some(c) => {
+            c.status = status;
+            c.reason = reason;
+            c.message = message;
+            c.last_transition_time = Some(Time(now));
+            c.last_update_time = Some(Time(now));
+        }
+        None => conditions.push(DIJobCondition {
+            type_: type_.to_owned(),
+            status,
+            reason,
+            message,
+            last_update_time: Some(Time(now)),
+            last_transition_time: Some(Time(now)),
+        }),
+    }
+}
+
+/// When the job finished, from its terminal condition.
+pub fn finished_at(job: &DIJob) -> Option<Timestamp> {
+    let status = job.status.as_ref()?;
+    let kind = match status.phase? {
+        Phase::Succeeded => "Succeeded",
+        Phase::Failed => "Failed",
+        _ => return None,
+    };
+    status.conditions.iter().find(|c| c.type_ == kind && c.status == "True")?.last_transition_time.as_ref().map(|t| t.0)
+}

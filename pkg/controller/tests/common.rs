@@ -1,0 +1,50 @@
+//! Jobs and pods for the reconciler's tests.
+#![allow(dead_code)]
+
+use di_api::DIJob;
+use di_api::defaults::default_dijob;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use serde_json::json;
+
+/// A defaulted, stored-looking job with `collectors` and `learners`, plus `extra` spec fields.
+pub fn job(collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
+    let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+    let mut spec = json!({
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "coordinator": {"template": {"spec": container}},
+        "collector": {"replicas": collectors, "template": {"spec": container}},
+        "learner": {"replicas": learners, "template": {"spec": container}},
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        if let (Some(existing), Some(add)) = (spec.get_mut(&k).and_then(|e| e.as_object_mut()), v.as_object()) {
+            existing.extend(add.clone());
+        } else {
+            spec[&k] = v;
+        }
+    }
+    let mut job: DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1",
+        "kind": "DIJob",
+        "metadata": {"name": "job", "namespace": "ns", "uid": "job-uid", "generation": 3},
+        "spec": spec,
+    }))
+    .unwrap();
+    default_dijob(&mut job);
+    job
+}
+
+/// `pod` as the cluster would report it in `phase` (Ready when Running).
+pub fn observed(mut pod: Pod, phase: &str) -> Pod {
+    pod.metadata.uid = Some(format!("uid-{}", pod.name_any()));
+    let ready = if phase == "Running" { "True" } else { "False" };
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": phase, "conditions": [{"type": "Ready", "status": ready}]})).unwrap(),
+    );
+    pod
+}
+
+pub fn now() -> Timestamp {
+    "2026-11-22T10:00:00Z".parse().unwrap()
+}

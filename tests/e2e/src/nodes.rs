@@ -1,0 +1,108 @@
+//! Nodes for the suite's pods. On the local control plane no kubelet runs, so the simulated nodes
+//! play it: they move pods to Running through the status subresource as soon as they exist, and
+//! to Succeeded or Failed when a test says so. On kind (real nodes) the same calls act on real
+//! containers; every scenario is written once against [`Nodes`].
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+/// What the scenarios ask of the nodes.
+pub trait Nodes: Send + Sync {
+    /// Ends `pod`'s containers with `exit_code`: 0 makes it Succeeded, anything else Failed.
+    fn exit(&self, namespace: &str, pod: &str, exit_code: i32) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// The local control plane's kubelet: every new pod of a namespace is Running and Ready at once.
+pub struct SimulatedNodes {
+    client: Client,
+    task: JoinHandle<()>,
+}
+
+impl SimulatedNodes {
+    pub fn start(client: Client, namespace: &str) -> Arc<SimulatedNodes> {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let runner = pods.clone();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(pods, watcher::Config::default()).default_backoff().applied_objects().boxed();
+            while let Some(Ok(pod)) = events.next().await {
+                let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending");
+                if pending && pod.metadata.deletion_timestamp.is_none() {
+                    // A pod deleted meanwhile is no error: it is simply gone.
+                    let _ = set_status(&runner, &pod, running_status(&pod)).await;
+                }
+            }
+        });
+        Arc::new(SimulatedNodes { client, task })
+    }
+}
+
+impl Drop for SimulatedNodes {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Nodes for SimulatedNodes {
+    async fn exit(&self, namespace: &str, pod: &str, exit_code: i32) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let current = api.get(pod).await.unwrap_or_else(|e| panic!("pod {pod}: {e}"));
+        let now = Timestamp::now().to_string();
+        let containers: Vec<_> = container_names(&current)
+            .into_iter()
+            .map(|name| json!({
+                "name": name, "ready": false, "restartCount": 0, "image": "simulated", "imageID": "",
+                "state": {"terminated": {"exitCode": exit_code, "reason": if exit_code == 0 { "Completed" } else { "Error" },
+                                         "startedAt": now, "finishedAt": now}},
+            }))
+            .collect();
+        let phase = if exit_code == 0 { "Succeeded" } else { "Failed" };
+        let status = json!({
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "PodCompleted"}],
+            "containerStatuses": containers,
+        });
+        set_status(&api, &current, status).await.unwrap_or_else(|e| panic!("ending pod {pod}: {e}"));
+    }
+}
+
+fn container_names(pod: &Pod) -> Vec<String> {
+    pod.spec.as_ref().map(|s| s.containers.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
+}
+
+fn running_status(pod: &Pod) -> serde_json::Value {
+    let now = Timestamp::now().to_string();
+    let containers: Vec<_> = container_names(pod)
+        .into_iter()
+        .map(|name| {
+            json!({
+                "name": name, "ready": true, "started": true, "restartCount": 0, "image": "simulated", "imageID": "",
+                "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    json!({
+        "phase": "Running",
+        "podIP": "10.244.0.10",
+        "startTime": now,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+        ],
+        "containerStatuses": containers,
+    })
+}
+
+async fn set_status(api: &Api<Pod>, pod: &Pod, status: serde_json::Value) -> Result<Pod, kube::Error> {
+    let patch = json!({"status": status});
+    api.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await
+}

@@ -1,0 +1,111 @@
+//! `di-orchestrator serve` as a local process with the identity the install manifests give it:
+//! a token of the `di-system/di-orchestrator` ServiceAccount, so RBAC is checked for real.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use kube::api::PostParams;
+use kube::config::Kubeconfig;
+use tokio::process::{Child, Command};
+
+use crate::binaries::repo_root;
+use crate::cluster::TestCluster;
+use crate::controlplane::RUN_MARKER;
+
+/// A running orchestrator that reconciles one namespace.
+pub struct Orchestrator {
+    child: Child,
+    kubeconfig: PathBuf,
+    namespace: String,
+    log: PathBuf,
+}
+
+/// The orchestrator binary the suite drives (built by `make e2e-local`).
+pub fn binary(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let path = target.join("debug").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p {name}` (make e2e-local does)",
+        path.display()
+    );
+    path
+}
+
+impl Orchestrator {
+    /// Installs the orchestrator's RBAC and starts it for `namespace`.
+    pub async fn start(cluster: &TestCluster, namespace: &str) -> Orchestrator {
+        cluster.apply_file("manifests/install/namespace.yaml").await;
+        cluster.apply_file("manifests/install/rbac.yaml").await;
+        let kubeconfig = service_account_kubeconfig(cluster, namespace).await;
+        let log = kubeconfig.with_extension("log");
+        let child = spawn(&kubeconfig, namespace, &log);
+        Orchestrator { child, kubeconfig, namespace: namespace.to_owned(), log }
+    }
+
+    /// Kills the process at once, as a crash would.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Starts it again after [`Orchestrator::kill`].
+    pub fn restart(&mut self) {
+        self.child = spawn(&self.kubeconfig, &self.namespace, &self.log);
+    }
+
+    /// What the orchestrator logged, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+fn spawn(kubeconfig: &Path, namespace: &str, log: &Path) -> Child {
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("orchestrator log");
+    Command::new(binary("di-orchestrator"))
+        .args(["serve", "--probe-addr=127.0.0.1:0", "--restart-backoff-seconds=0.5"])
+        .arg(format!("--namespace={namespace}"))
+        .env("KUBECONFIG", kubeconfig)
+        // The control plane's folder: whoever stops it kills this process too.
+        .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
+        .env("RUST_LOG", "info,kube=warn")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log handle"))
+        .stderr(out)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting di-orchestrator")
+}
+
+/// A kubeconfig for the orchestrator's ServiceAccount, beside the admin one.
+async fn service_account_kubeconfig(cluster: &TestCluster, namespace: &str) -> PathBuf {
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "di-system");
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request("di-orchestrator", &PostParams::default(), &request)
+        .await
+        .expect("token for di-system/di-orchestrator")
+        .status
+        .expect("token request answered")
+        .token;
+    let admin = Kubeconfig::read_from(&cluster.kubeconfig).expect("admin kubeconfig");
+    let cluster_entry = admin.clusters.first().and_then(|c| c.cluster.clone()).expect("kubeconfig names a cluster");
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster_entry}],
+        "users": [{"name": "di-orchestrator", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "di-orchestrator"}}],
+        "current-context": "e2e",
+    });
+    let dir = cluster.kubeconfig.parent().expect("kubeconfig folder").join("orchestrators");
+    std::fs::create_dir_all(&dir).expect("orchestrators folder");
+    let path = dir.join(format!("{namespace}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("kubeconfig YAML")).expect("writing kubeconfig");
+    path
+}

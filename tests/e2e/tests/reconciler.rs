@@ -1,0 +1,413 @@
+//! The reconciler against a real API server: pods and services with owner references, phases
+//! from the coordinator, replacement of failed replicas, cleanup policies, suspension, garbage
+//! collection, and a crash mid-job that leaves no duplicate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::contract::{annotations, labels};
+use di_api::{DIJob, Phase};
+use di_e2e::cluster::{TestCluster, connect, within};
+use di_e2e::nodes::{Nodes, SimulatedNodes};
+use di_e2e::orchestrator::Orchestrator;
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Scenario {
+    cluster: TestCluster,
+    ns: String,
+    jobs: Api<DIJob>,
+    pods: Api<Pod>,
+    services: Api<Service>,
+    nodes: Arc<SimulatedNodes>,
+    orchestrator: Orchestrator,
+}
+
+impl Scenario {
+    async fn new(hint: &str) -> Scenario {
+        // Boxed: the setup's future is large, and test threads have small stacks.
+        let cluster = Box::pin(connect()).await;
+        Box::pin(cluster.install_crds()).await;
+        let ns = Box::pin(cluster.namespace(hint)).await;
+        let nodes = SimulatedNodes::start(cluster.client.clone(), &ns);
+        let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns)).await;
+        Scenario {
+            jobs: Api::namespaced(cluster.client.clone(), &ns),
+            pods: Api::namespaced(cluster.client.clone(), &ns),
+            services: Api::namespaced(cluster.client.clone(), &ns),
+            cluster,
+            ns,
+            nodes,
+            orchestrator,
+        }
+    }
+
+    async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
+        let container = |image: &str| json!({"containers": [{"name": "di-container", "image": image}]});
+        let mut job = json!({
+            "apiVersion": "diengine.opendilab.org/v1alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": name},
+            "spec": {
+                "coordinator": {"template": {"spec": container("ding")}},
+                "collector": {"replicas": collectors, "template": {"spec": container("ding")}},
+                "learner": {"replicas": learners, "template": {"spec": container("ding")}},
+            }
+        });
+        merge(&mut job["spec"], extra);
+        let job: DIJob = serde_json::from_value(job).unwrap();
+        self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
+    }
+
+    async fn wait_phase(&self, name: &str, phase: Phase) -> DIJob {
+        let what = format!("job {name} to be {phase:?}");
+        let cond = move |job: Option<&DIJob>| job.and_then(|j| j.status.as_ref()).and_then(|s| s.phase) == Some(phase);
+        let job = Box::pin(within(WAIT, &what, await_condition(self.jobs.clone(), name, cond))).await.unwrap();
+        job.unwrap_or_else(|| {
+            panic!("job {name} vanished while waiting; orchestrator log:\n{}", self.orchestrator.log())
+        })
+    }
+
+    /// Waits until the job's pods are exactly `names` (sorted), returning them.
+    async fn wait_pods(&self, job: &str, names: &[String]) -> Vec<Pod> {
+        let mut want = names.to_vec();
+        want.sort();
+        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+        let pods = self.pods.clone();
+        within(WAIT, &format!("pods {want:?}"), async move {
+            loop {
+                let list = pods.list(&params).await.unwrap().items;
+                let live: Vec<Pod> = list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+                let mut got: Vec<String> = live.iter().map(|p| p.name_any()).collect();
+                got.sort();
+                if got == want {
+                    return live;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    }
+
+    async fn wait_services(&self, job: &str, names: &[String]) {
+        let mut want = names.to_vec();
+        want.sort();
+        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+        let services = self.services.clone();
+        within(WAIT, &format!("services {want:?}"), async move {
+            loop {
+                let mut got: Vec<String> =
+                    services.list(&params).await.unwrap().items.iter().map(|s| s.name_any()).collect();
+                got.sort();
+                if got == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    }
+}
+
+fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(t), serde_json::Value::Object(e)) = (target.as_object_mut(), extra) {
+        for (k, v) in e {
+            match t.get_mut(&k) {
+                Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                _ => {
+                    t.insert(k, v);
+                }
+            }
+        }
+    }
+}
+
+fn names(job: &str, list: &[&str]) -> Vec<String> {
+    list.iter().map(|n| format!("{job}-{n}")).collect()
+}
+
+fn env_of(pod: &Pod) -> BTreeMap<String, String> {
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    container.env.iter().flatten().map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())).collect()
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_job_runs_with_every_replica_owned_and_wired() {
+    let s = Scenario::new("run").await;
+    let job = s.submit("cartpole", 2, 1, json!({})).await;
+    let uid = job.uid().unwrap();
+    let expected = names("cartpole", &["coordinator", "collector-0", "collector-1", "learner-0"]);
+    let pods = s.wait_pods("cartpole", &expected).await;
+    s.wait_services("cartpole", &expected).await;
+    let job = s.wait_phase("cartpole", Phase::Running).await;
+
+    for pod in &pods {
+        let owner = &pod.owner_references()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("DIJob", uid.as_str(), Some(true)));
+        let env = env_of(pod);
+        assert_eq!(env["KUBERNETES_POD_NAME"], pod.name_any());
+        assert_eq!(env["KUBERNETES_POD_NAMESPACE"], s.ns);
+        assert_eq!(env["KUBERNETES_SERVER_URL"], format!("cartpole-coordinator.{}:22280", s.ns));
+    }
+    let coordinator = pods.iter().find(|p| p.name_any() == "cartpole-coordinator").unwrap();
+    assert_eq!(env_of(coordinator)["COORDINATOR_PORT"], "22273");
+    assert_eq!(env_of(coordinator)["KUBERNETES_COORDINATOR_URL"], format!("cartpole-coordinator.{}:22273", s.ns));
+    let spec = coordinator.spec.as_ref().unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(spec.service_account_name.as_deref(), Some("cartpole-replicas"));
+    assert!(
+        spec.containers.iter().any(|c| c.name == "di-replicas"),
+        "the replica endpoint sidecar runs beside the coordinator"
+    );
+    let collector = pods.iter().find(|p| p.name_any() == "cartpole-collector-1").unwrap();
+    assert_eq!(env_of(collector)["COLLECTOR_PORT"], "22270");
+
+    let service = s.services.get("cartpole-collector-1").await.unwrap();
+    let svc = service.spec.unwrap();
+    assert_eq!(svc.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(svc.publish_not_ready_addresses, Some(true));
+    assert_eq!(service.metadata.owner_references.unwrap()[0].uid, uid);
+
+    // The sidecar's identity exists, owned by the job.
+    let client = s.cluster.client.clone();
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), &s.ns).get("cartpole-replicas").await.unwrap();
+    assert_eq!(sa.owner_references()[0].uid, uid);
+    Api::<Role>::namespaced(client.clone(), &s.ns).get("cartpole-replicas").await.unwrap();
+    Api::<RoleBinding>::namespaced(client, &s.ns).get("cartpole-replicas").await.unwrap();
+
+    let status = job.status.unwrap();
+    assert_eq!(status.observed_generation, job.metadata.generation);
+    assert!(status.conditions.iter().any(|c| c.type_ == "Running" && c.status == "True"));
+
+    // Scaling is a change of desired counts: down removes the highest index, up adds.
+    let patch = json!({"spec": {"collector": {"replicas": 1}, "learner": {"replicas": 2}}});
+    s.jobs.patch("cartpole", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let expected = names("cartpole", &["coordinator", "collector-0", "learner-0", "learner-1"]);
+    s.wait_pods("cartpole", &expected).await;
+    s.wait_services("cartpole", &expected).await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn coordinator_success_finishes_the_job_and_cleans_up_running_pods() {
+    let s = Scenario::new("succeed").await;
+    s.submit("done", 2, 0, json!({})).await;
+    s.wait_pods("done", &names("done", &["coordinator", "collector-0", "collector-1"])).await;
+    s.wait_phase("done", Phase::Running).await;
+    s.nodes.exit(&s.ns, "done-collector-1", 0).await;
+    s.nodes.exit(&s.ns, "done-coordinator", 0).await;
+    let job = s.wait_phase("done", Phase::Succeeded).await;
+    // Policy Running: what still ran is deleted; the finished coordinator and collector stay for their logs.
+    s.wait_pods("done", &names("done", &["coordinator", "collector-1"])).await;
+    s.wait_services("done", &[]).await;
+    let conditions = job.status.unwrap().conditions;
+    assert!(conditions.iter().any(|c| c.type_ == "Succeeded" && c.status == "True"));
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn coordinator_failure_fails_the_job_and_policy_all_removes_every_pod() {
+    let s = Scenario::new("fail").await;
+    s.submit("broken", 1, 1, json!({"cleanPodPolicy": "All"})).await;
+    s.wait_pods("broken", &names("broken", &["coordinator", "collector-0", "learner-0"])).await;
+    s.wait_phase("broken", Phase::Running).await;
+    s.nodes.exit(&s.ns, "broken-coordinator", 3).await;
+    s.wait_phase("broken", Phase::Failed).await;
+    s.wait_pods("broken", &[]).await;
+    s.wait_services("broken", &[]).await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn policy_none_keeps_every_pod() {
+    let s = Scenario::new("keep").await;
+    s.submit("kept", 1, 0, json!({"cleanPodPolicy": "None"})).await;
+    let all = names("kept", &["coordinator", "collector-0"]);
+    s.wait_pods("kept", &all).await;
+    s.wait_phase("kept", Phase::Running).await;
+    s.nodes.exit(&s.ns, "kept-coordinator", 0).await;
+    s.wait_phase("kept", Phase::Succeeded).await;
+    s.wait_services("kept", &[]).await;
+    s.wait_pods("kept", &all).await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_failed_collector_is_replaced_and_the_phase_stays() {
+    let s = Scenario::new("replace").await;
+    s.submit("flaky", 2, 0, json!({})).await;
+    let pods = s.wait_pods("flaky", &names("flaky", &["coordinator", "collector-0", "collector-1"])).await;
+    s.wait_phase("flaky", Phase::Running).await;
+    let old_uid = pods.iter().find(|p| p.name_any() == "flaky-collector-0").unwrap().uid().unwrap();
+    s.nodes.exit(&s.ns, "flaky-collector-0", 1).await;
+
+    let pods = s.pods.clone();
+    let replaced = within(WAIT, "collector-0 replaced", async move {
+        loop {
+            if let Ok(pod) = pods.get("flaky-collector-0").await
+                && pod.uid().as_deref() != Some(old_uid.as_str())
+                && pod.metadata.deletion_timestamp.is_none()
+            {
+                return pod;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert_eq!(replaced.annotations().get(annotations::RESTARTS).map(String::as_str), Some("1"));
+    let service = s.services.get("flaky-collector-0").await.unwrap();
+    assert_eq!(service.annotations().get(annotations::RESTARTS).map(String::as_str), Some("1"));
+    let job = s.jobs.get("flaky").await.unwrap();
+    assert_eq!(job.status.unwrap().phase, Some(Phase::Running), "a collector's failure does not change the phase");
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn the_restart_limit_leaves_the_replica_failed_with_a_condition() {
+    let s = Scenario::new("limit").await;
+    s.submit("limited", 1, 0, json!({"restartLimit": 0})).await;
+    s.wait_pods("limited", &names("limited", &["coordinator", "collector-0"])).await;
+    s.wait_phase("limited", Phase::Running).await;
+    s.nodes.exit(&s.ns, "limited-collector-0", 1).await;
+    let cond = |job: Option<&DIJob>| {
+        job.and_then(|j| j.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "RestartLimitExceeded" && c.status == "True"))
+    };
+    within(WAIT, "RestartLimitExceeded", await_condition(s.jobs.clone(), "limited", cond)).await.unwrap();
+    let pod = s.pods.get("limited-collector-0").await.unwrap();
+    assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Failed"), "past the limit the replica stays failed");
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn suspend_deletes_the_pods_and_resume_brings_them_back() {
+    let s = Scenario::new("suspend").await;
+    s.submit("paused", 2, 0, json!({})).await;
+    let all = names("paused", &["coordinator", "collector-0", "collector-1"]);
+    s.wait_pods("paused", &all).await;
+    s.wait_phase("paused", Phase::Running).await;
+    s.jobs.patch("paused", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"suspend": true}}))).await.unwrap();
+    s.wait_pods("paused", &[]).await;
+    let job = s.jobs.get("paused").await.unwrap();
+    assert!(job.status.unwrap().conditions.iter().any(|c| c.type_ == "Suspended" && c.status == "True"));
+    s.jobs.patch("paused", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"suspend": false}}))).await.unwrap();
+    s.wait_pods("paused", &all).await;
+    s.wait_phase("paused", Phase::Running).await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
+    let mut s = Scenario::new("crash").await;
+    s.submit("sturdy", 5, 2, json!({})).await;
+    // Kill it while it is still creating pods.
+    let pods = s.pods.clone();
+    within(WAIT, "the first pods", async move {
+        while pods.list(&ListParams::default()).await.unwrap().items.len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    s.orchestrator.kill().await;
+    s.orchestrator.restart();
+    let expected = names(
+        "sturdy",
+        &[
+            "coordinator",
+            "collector-0",
+            "collector-1",
+            "collector-2",
+            "collector-3",
+            "collector-4",
+            "learner-0",
+            "learner-1",
+        ],
+    );
+    let before = s.wait_pods("sturdy", &expected).await;
+    s.wait_phase("sturdy", Phase::Running).await;
+    // Once more, after everything exists: nothing is created or replaced.
+    s.orchestrator.kill().await;
+    s.orchestrator.restart();
+    s.jobs
+        .patch("sturdy", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"poke": "1"}}})))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = s.wait_pods("sturdy", &expected).await;
+    let uids = |pods: &[Pod]| {
+        let mut u: Vec<_> = pods.iter().map(|p| (p.name_any(), p.uid().unwrap())).collect();
+        u.sort();
+        u
+    };
+    assert_eq!(uids(&before), uids(&after), "a restarted orchestrator recreates nothing");
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn deleting_a_job_leaves_nothing_behind() {
+    let s = Scenario::new("gc").await;
+    s.submit("gone", 2, 1, json!({})).await;
+    s.wait_pods("gone", &names("gone", &["coordinator", "collector-0", "collector-1", "learner-0"])).await;
+    s.wait_phase("gone", Phase::Running).await;
+    s.jobs.delete("gone", &DeleteParams::foreground()).await.unwrap();
+    // The garbage collector learns a new CRD's kind when it rediscovers resources (about 30 s).
+    let client = s.cluster.client.clone();
+    let ns = s.ns.clone();
+    within(Duration::from_secs(120), "garbage collection of the job's objects", async move {
+        loop {
+            let count = Api::<Pod>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len()
+                + Api::<Service>::namespaced(client.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .len()
+                + Api::<Role>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.unwrap().items.len()
+                + Api::<RoleBinding>::namespaced(client.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .len()
+                + Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .iter()
+                    .filter(|sa| sa.name_any() != "default")
+                    .count()
+                + Api::<DIJob>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.unwrap().items.len();
+            if count == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn an_invalid_job_is_marked_failed_with_the_reason() {
+    let s = Scenario::new("invalid").await;
+    s.submit("bad", -1, 0, json!({})).await;
+    let job = s.wait_phase("bad", Phase::Failed).await;
+    let failed = job.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("InvalidSpec"));
+    assert!(failed.message.unwrap().contains("spec.collector.replicas: Invalid value: -1"));
+    assert!(s.pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+}
