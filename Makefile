@@ -2,13 +2,19 @@
 
 CARGO ?= cargo
 
-.PHONY: all build test unit e2e-local controlplane lint fmt manifests check-manifests help
+.PHONY: all build demo test unit e2e-local controlplane lint fmt manifests check-manifests help
 
 all: build
 
 ## build: compile every crate of the workspace
 build:
 	$(CARGO) build --workspace --all-targets
+
+## demo: the main job: a demo DIJob driven to Running on the cluster the kubeconfig names,
+##       or on the local control plane when none answers
+demo:
+	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins
+	./target/debug/di-demo
 
 ## test: every tier this machine can run: unit and component tests, then the e2e suite on a local control plane
 test: unit e2e-local

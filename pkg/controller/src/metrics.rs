@@ -95,3 +95,27 @@ impl Drop for ReconcileTimer<'_> {
         self.metrics.reconcile_duration.observe(self.start.elapsed().as_secs_f64());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_metric() {
+        let metrics = Metrics::new();
+        drop(metrics.reconcile_started());
+        metrics.pods_created.inc();
+        metrics.phase_transition(Phase::Running);
+        metrics.jobs.get_or_create(&PhaseLabel { phase: "Running".into() }).set(2);
+        let text = metrics.encode();
+        for line in [
+            "di_orchestrator_reconciles_total 1",
+            "di_orchestrator_pods_created_total 1",
+            "di_orchestrator_phase_transitions_total{phase=\"Running\"} 1",
+            "di_orchestrator_jobs{phase=\"Running\"} 2",
+            "di_orchestrator_reconcile_duration_seconds_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+}

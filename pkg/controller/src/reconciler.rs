@@ -104,7 +104,9 @@ pub async fn run(
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<DIJob>(&client, options.namespace.as_deref());
-    Controller::new(jobs, watcher::Config::default().any_semantic())
+    let controller = Controller::new(jobs, watcher::Config::default().any_semantic());
+    let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
+    controller
         .with_config(config)
         .owns_stream(pod_stream)
         .owns_stream(service_stream)
@@ -116,6 +118,23 @@ pub async fn run(
             }
         })
         .await;
+    gauges.abort();
+}
+
+/// Keeps the jobs-by-phase gauge current from the controller's own cache of DIJobs.
+async fn count_jobs_by_phase(jobs: Store<DIJob>, metrics: Arc<Metrics>) {
+    const PHASES: [Phase; 5] = [Phase::Created, Phase::Running, Phase::Succeeded, Phase::Failed, Phase::Unknown];
+    loop {
+        let state = jobs.state();
+        for phase in PHASES {
+            let count = state
+                .iter()
+                .filter(|j| j.status.as_ref().and_then(|s| s.phase).unwrap_or(Phase::Created) == phase)
+                .count();
+            metrics.jobs.get_or_create(&crate::metrics::PhaseLabel { phase: format!("{phase:?}") }).set(count as i64);
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
 }
 
 /// Only what a pass reads of a pod is cached: no spec, no managed fields.
@@ -388,5 +407,214 @@ async fn publish(ctx: &Context, job: &DIJob, type_: EventType, reason: &str, act
     let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
         warn!(job = %job.name_any(), "publishing event {reason}: {e}");
+    }
+}
+
+/// Passes against a mocked API server (as kube-rs's controller-rs tests do): an echoing fake that
+/// records every request, with the caches filled by hand.
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+    use kube::runtime::watcher;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::desired::Settings;
+
+    type Recorded = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+    /// An API server that answers every write with the object it was sent and records it.
+    fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let recorded: Recorded = Arc::default();
+        let log = recorded.clone();
+        let job_json = serde_json::to_vec(job).unwrap();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect().await.unwrap().to_bytes();
+                let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_string(), value.clone()));
+                let (code, answer) = match parts.method.as_str() {
+                    "POST" => (201, bytes.to_vec()),
+                    "PATCH" if parts.uri.path().contains("/dijobs/") => (200, job_json.clone()),
+                    "PATCH" => (200, bytes.to_vec()),
+                    "DELETE" => (200, br#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#.to_vec()),
+                    _ => (
+                        404,
+                        br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#
+                            .to_vec(),
+                    ),
+                };
+                send.send_response(Response::builder().status(code).body(Body::from(answer)).unwrap());
+            }
+        });
+        (Client::new(service, "default"), recorded)
+    }
+
+    fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {
+        let (pod_store, mut pod_writer) = reflector::store();
+        for pod in pods {
+            pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+        }
+        let (service_store, mut service_writer) = reflector::store();
+        for service in services {
+            service_writer.apply_watcher_event(&watcher::Event::Apply(service));
+        }
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
+            client,
+            pods: pod_store,
+            services: service_store,
+            settings: Settings::default(),
+            restart_backoff: Duration::from_secs(10),
+            metrics: Arc::new(Metrics::new()),
+        })
+    }
+
+    fn job(collectors: i32, policy: &str, phase: Option<Phase>) -> DIJob {
+        let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+        let mut job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+            "metadata": {"name": "job", "namespace": "ns", "uid": "job-uid", "generation": 1},
+            "spec": {"cleanPodPolicy": policy, "coordinator": {"template": {"spec": container}},
+                     "collector": {"replicas": collectors, "template": {"spec": container}}},
+        }))
+        .unwrap();
+        job.status = phase.map(|p| DIJobStatus { phase: Some(p), ..Default::default() });
+        job
+    }
+
+    /// The job's pods and services as they exist once created, pods in `phase_of`'s phase.
+    fn world(job: &DIJob, phase_of: impl Fn(&str) -> &'static str) -> (Vec<Pod>, Vec<Service>) {
+        let mut defaulted = job.clone();
+        default_dijob(&mut defaulted);
+        let replicas = desired::replicas(&defaulted, None, &Settings::default()).unwrap();
+        let pods = replicas
+            .iter()
+            .map(|r| {
+                let mut pod = r.pod.clone();
+                pod.metadata.uid = Some(format!("uid-{}", r.name()));
+                pod.status = Some(serde_json::from_value(json!({"phase": phase_of(&r.name())})).unwrap());
+                pod
+            })
+            .collect();
+        (pods, replicas.into_iter().map(|r| r.service).collect())
+    }
+
+    fn calls(recorded: &Recorded, method: &str, kind: &str) -> Vec<String> {
+        recorded
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, path, _)| m == method && path.split('/').any(|part| part == kind))
+            .map(|(_, path, body)| {
+                body["metadata"]["name"]
+                    .as_str()
+                    .map_or_else(|| path.rsplit('/').next().unwrap().to_owned(), str::to_owned)
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn first_reconcile_creates_the_coordinator_and_its_service() {
+        let job = job(0, "Running", None);
+        let (client, recorded) = fake_api_server(&job);
+        let requeue = reconcile(Arc::new(job), context(client, vec![], vec![])).await.unwrap();
+        assert_eq!(requeue, Requeue::requeue(Duration::from_secs(300)));
+        assert_eq!(calls(&recorded, "POST", "services"), vec!["job-coordinator"]);
+        assert_eq!(calls(&recorded, "POST", "pods"), vec!["job-coordinator"]);
+        assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
+        assert_eq!(calls(&recorded, "POST", "roles"), vec!["job-replicas"]);
+        assert_eq!(calls(&recorded, "POST", "rolebindings"), vec!["job-replicas"]);
+        let status_writes: Vec<Value> = recorded
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status"))
+            .map(|(_, _, b)| b.clone())
+            .collect();
+        assert_eq!(status_writes.len(), 1);
+        assert_eq!(status_writes[0]["status"]["phase"], "Created");
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_after_a_crash_creates_nothing_twice() {
+        let mut job = job(3, "Running", None);
+        let (pods, services) = world(&job, |_| "Running");
+        // What the crashed pass had already written.
+        let ctx = context(fake_api_server(&job).0, vec![], vec![]);
+        let mut defaulted = job.clone();
+        default_dijob(&mut defaulted);
+        let world = World {
+            pods: pods.iter().collect(),
+            services: services.iter().collect(),
+            aggregator_config: None,
+            missing_aggregator_config: None,
+            now: Timestamp::now(),
+        };
+        job.status = Some(plan::plan(&defaulted, &world, &ctx.settings, ctx.restart_backoff).unwrap().status);
+
+        let (client, recorded) = fake_api_server(&job);
+        reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+        let writes: Vec<_> = recorded
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _, _)| m != "GET")
+            .map(|(m, p, _)| format!("{m} {p}"))
+            .collect();
+        assert_eq!(writes, Vec::<String>::new(), "a converged job costs no request");
+    }
+
+    #[tokio::test]
+    async fn completion_applies_each_cleanup_policy() {
+        let cases = [
+            ("Running", vec!["job-collector-1", "job-collector-0"]),
+            ("All", vec!["job-coordinator", "job-collector-0", "job-collector-1"]),
+            ("None", vec![]),
+        ];
+        for (policy, mut want) in cases {
+            let job = job(2, policy, Some(Phase::Running));
+            let (pods, services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
+            let (client, recorded) = fake_api_server(&job);
+            reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+            let mut deleted = calls(&recorded, "DELETE", "pods");
+            deleted.sort();
+            want.sort();
+            assert_eq!(deleted, want, "policy {policy}");
+            let mut services_deleted = calls(&recorded, "DELETE", "services");
+            services_deleted.sort();
+            assert_eq!(
+                services_deleted,
+                vec!["job-collector-0", "job-collector-1", "job-coordinator"],
+                "policy {policy}"
+            );
+            assert_eq!(calls(&recorded, "DELETE", "roles"), vec!["job-replicas"], "policy {policy}");
+            assert!(calls(&recorded, "POST", "pods").is_empty(), "policy {policy}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_invalid_job_is_marked_failed_once() {
+        let job = job(-1, "Running", None);
+        let (client, recorded) = fake_api_server(&job);
+        let requeue = reconcile(Arc::new(job.clone()), context(client, vec![], vec![])).await.unwrap();
+        assert_eq!(requeue, Requeue::await_change());
+        let status: Vec<Value> = recorded
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, p, _)| p.ends_with("/status"))
+            .map(|(_, _, b)| b.clone())
+            .collect();
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0]["status"]["phase"], "Failed");
+        assert_eq!(status[0]["status"]["conditions"][1]["reason"], "InvalidSpec");
+        assert!(calls(&recorded, "POST", "pods").is_empty());
     }
 }

@@ -21,6 +21,8 @@ pub struct Orchestrator {
     kubeconfig: PathBuf,
     namespace: String,
     log: PathBuf,
+    args: Vec<String>,
+    instance: String,
 }
 
 /// The orchestrator binary the suite drives (built by `make e2e-local`).
@@ -38,12 +40,20 @@ pub fn binary(name: &str) -> PathBuf {
 impl Orchestrator {
     /// Installs the orchestrator's RBAC and starts it for `namespace`.
     pub async fn start(cluster: &TestCluster, namespace: &str) -> Orchestrator {
+        Self::start_with(cluster, namespace, "", &[]).await
+    }
+
+    /// Like [`Orchestrator::start`], one of several replicas (`instance` tells them apart), with
+    /// extra arguments to `serve`.
+    pub async fn start_with(cluster: &TestCluster, namespace: &str, instance: &str, args: &[String]) -> Orchestrator {
         cluster.apply_file("manifests/install/namespace.yaml").await;
         cluster.apply_file("manifests/install/rbac.yaml").await;
         let kubeconfig = service_account_kubeconfig(cluster, namespace).await;
-        let log = kubeconfig.with_extension("log");
-        let child = spawn(&kubeconfig, namespace, &log);
-        Orchestrator { child, kubeconfig, namespace: namespace.to_owned(), log }
+        let log = kubeconfig.with_file_name(format!("{namespace}{instance}.log"));
+        let mut args = args.to_vec();
+        args.push(format!("--namespace={namespace}"));
+        let child = spawn(&kubeconfig, &args, &log, instance);
+        Orchestrator { child, kubeconfig, namespace: namespace.to_owned(), log, args, instance: instance.to_owned() }
     }
 
     /// Kills the process at once, as a crash would.
@@ -53,7 +63,11 @@ impl Orchestrator {
 
     /// Starts it again after [`Orchestrator::kill`].
     pub fn restart(&mut self) {
-        self.child = spawn(&self.kubeconfig, &self.namespace, &self.log);
+        self.child = spawn(&self.kubeconfig, &self.args, &self.log, &self.instance);
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// What the orchestrator logged, for failure messages.
@@ -62,12 +76,13 @@ impl Orchestrator {
     }
 }
 
-fn spawn(kubeconfig: &Path, namespace: &str, log: &Path) -> Child {
+fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Child {
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("orchestrator log");
     Command::new(binary("di-orchestrator"))
         .args(["serve", "--probe-addr=127.0.0.1:0", "--restart-backoff-seconds=0.5"])
-        .arg(format!("--namespace={namespace}"))
+        .args(args)
         .env("KUBECONFIG", kubeconfig)
+        .env("KUBERNETES_POD_NAME", format!("orchestrator{identity}"))
         // The control plane's folder: whoever stops it kills this process too.
         .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
         .env("RUST_LOG", "info,kube=warn")

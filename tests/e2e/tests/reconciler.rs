@@ -411,3 +411,46 @@ async fn an_invalid_job_is_marked_failed_with_the_reason() {
     assert!(failed.message.unwrap().contains("spec.collector.replicas: Invalid value: -1"));
     assert!(s.pods.list(&ListParams::default()).await.unwrap().items.is_empty());
 }
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn only_the_leader_acts_and_a_standby_takes_over() {
+    let mut s = Scenario::new("leader").await;
+    // The scenario's own orchestrator is replaced by two replicas that elect a leader.
+    s.orchestrator.kill().await;
+    let lease = format!("--lease-name={}", s.ns);
+    let args = ["--leader-elect".to_string(), "--lease-namespace=di-system".into(), lease];
+    let mut first = Box::pin(Orchestrator::start_with(&s.cluster, &s.ns, "-a", &args)).await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(s.cluster.client.clone(), "di-system");
+    let holder = |lease: Option<&k8s_openapi::api::coordination::v1::Lease>| {
+        lease.and_then(|l| l.spec.as_ref()).and_then(|s| s.holder_identity.clone())
+    };
+    let ns = s.ns.clone();
+    within(
+        WAIT,
+        "the first replica to lead",
+        await_condition(leases.clone(), &ns, move |l: Option<&_>| holder(l).as_deref() == Some("orchestrator-a")),
+    )
+    .await
+    .unwrap();
+    let _second = Box::pin(Orchestrator::start_with(&s.cluster, &s.ns, "-b", &args)).await;
+
+    s.submit("led", 2, 0, json!({})).await;
+    s.wait_pods("led", &names("led", &["coordinator", "collector-0", "collector-1"])).await;
+    s.wait_phase("led", Phase::Running).await;
+
+    // The leader dies; the standby takes the Lease once it expires and carries on.
+    first.kill().await;
+    within(
+        Duration::from_secs(90),
+        "the standby to lead",
+        await_condition(leases, &ns, move |l: Option<&_>| holder(l).as_deref() == Some("orchestrator-b")),
+    )
+    .await
+    .unwrap();
+    s.jobs
+        .patch("led", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"collector": {"replicas": 3}}})))
+        .await
+        .unwrap();
+    s.wait_pods("led", &names("led", &["coordinator", "collector-0", "collector-1", "collector-2"])).await;
+}
