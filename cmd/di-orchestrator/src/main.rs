@@ -63,6 +63,38 @@ struct ServeArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "di-orchestrator")]
     lease_name: String,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+#[derive(Args)]
+struct WebhookArgs {
+    /// Serve the admission webhooks (HTTPS) on this address; unset serves none.
+    #[arg(long, env = "DI_WEBHOOK_ADDR")]
+    webhook_addr: Option<SocketAddr>,
+    /// Serving certificate (PEM) mounted from a Secret, reloaded when it changes. Without it the
+    /// certificates are self-managed.
+    #[arg(long, requires = "tls_key_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    tls_key_file: Option<std::path::PathBuf>,
+    /// Self-managed: the Secret that keeps the CA and the serving certificate.
+    #[arg(long, default_value = "di-orchestrator-webhook-certs")]
+    webhook_secret: String,
+    /// Self-managed: namespace of that Secret.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
+    webhook_secret_namespace: String,
+    /// Self-managed: names the serving certificate is valid for, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "di-orchestrator-webhook.di-system.svc,di-orchestrator-webhook.di-system.svc.cluster.local"
+    )]
+    webhook_hosts: Vec<String>,
+    /// Self-managed: the Mutating- and ValidatingWebhookConfiguration that get the CA bundle.
+    #[arg(long, default_value = "di-orchestrator")]
+    webhook_configuration: String,
 }
 
 #[tokio::main]
@@ -96,14 +128,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.probe_addr).await.context("binding the probe address")?;
     info!(addr = %listener.local_addr()?, "serving probes and metrics");
     tokio::spawn(async move { axum::serve(listener, app).await });
-    // Ready once the API server answers for DIJobs (reachable, CRD installed), leader or not: a
-    // standby replica is healthy too.
-    kube::Api::<di_api::DIJob>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-        .context("listing DIJobs: are the CRDs installed?")?;
-    ready.store(true, Ordering::Relaxed);
-
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut terminate = signal(SignalKind::terminate())?;
     tokio::spawn(async move {
@@ -113,9 +137,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         let _ = stop.send(true);
     });
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
+    if let Some(addr) = args.webhook.webhook_addr {
+        start_webhooks(&client, &args.webhook, addr, until_stopped(stopped.clone())).await?;
+    }
+    // Ready once the webhooks serve and the API server answers for DIJobs (reachable, CRD
+    // installed), leader or not: a standby replica is healthy too.
+    kube::Api::<di_api::DIJob>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .context("listing DIJobs: are the CRDs installed?")?;
+    ready.store(true, Ordering::Relaxed);
+
     let lease = args.leader_elect.then(|| LeaseConfig {
         namespace: args.lease_namespace.clone(),
         name: args.lease_name.clone(),
@@ -156,6 +188,43 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     info!("stopped");
     Ok(())
+}
+
+/// Serves the admission webhooks over TLS, with mounted or self-managed certificates.
+async fn start_webhooks(
+    client: &kube::Client,
+    args: &WebhookArgs,
+    addr: SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use di_webhook::{certs, server, tls};
+    let resolver = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let resolver = tls::CertResolver::new(tls::load_files(cert, key)?);
+            tokio::spawn(tls::watch_files(cert.clone(), key.clone(), resolver.clone()));
+            resolver
+        }
+        _ => {
+            let config = certs::SelfManaged {
+                secret_namespace: args.webhook_secret_namespace.clone(),
+                secret_name: args.webhook_secret.clone(),
+                hosts: args.webhook_hosts.clone(),
+                webhook_configuration: args.webhook_configuration.clone(),
+            };
+            let (resolver, refresh) =
+                certs::start(client.clone(), config).await.context("self-managed webhook certificates")?;
+            tokio::spawn(refresh);
+            resolver
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await.context("binding the webhook address")?;
+    info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
+    tokio::spawn(tls::serve(listener, server::router(), resolver, shutdown));
+    Ok(())
+}
+
+async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 async fn readyz(State(p): State<Probes>) -> (StatusCode, &'static str) {

@@ -137,3 +137,23 @@ async fn kubectl_explain_documents_our_fields() {
         }
     }
 }
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn the_install_manifests_pass_a_server_side_dry_run() {
+    let cluster = connect().await;
+    // A dry run creates nothing, so the namespace its objects go into must exist.
+    cluster.apply_file("manifests/install/namespace.yaml").await;
+    let Some(out) = cluster.kubectl(&["apply", "--dry-run=server", "-k", "manifests/install"]) else { return };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "dry run refused: {}{stdout}", String::from_utf8_lossy(&out.stderr));
+    for object in [
+        "customresourcedefinition.apiextensions.k8s.io/dijobs.diengine.opendilab.org",
+        "clusterrole.rbac.authorization.k8s.io/di-orchestrator",
+        "deployment.apps/di-orchestrator",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/di-orchestrator",
+        "validatingwebhookconfiguration.admissionregistration.k8s.io/di-orchestrator",
+    ] {
+        assert!(stdout.contains(object), "{object} missing from: {stdout}");
+    }
+}

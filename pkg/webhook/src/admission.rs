@@ -1,0 +1,140 @@
+//! The admission decisions, as pure functions of an AdmissionRequest: defaulting answers with an
+//! RFC 6902 patch, validation with a denial that names every field and its fix. The rules
+//! themselves live in `di_api`; this module only serves them.
+
+use di_api::contract::GROUP;
+use di_api::defaults::{default_aggregator_config, default_dijob};
+use di_api::validation::{ValidationErrors, validate_aggregator_config, validate_dijob, validate_dijob_update};
+use di_api::{AggregatorConfig, DIJob};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The kinds this webhook serves.
+enum Kind {
+    DIJob,
+    AggregatorConfig,
+}
+
+fn kind_of(request: &AdmissionRequest<DynamicObject>) -> Option<Kind> {
+    if request.kind.group != GROUP {
+        return None;
+    }
+    match request.kind.kind.as_str() {
+        "DIJob" => Some(Kind::DIJob),
+        "AggregatorConfig" => Some(Kind::AggregatorConfig),
+        _ => None,
+    }
+}
+
+fn unsupported(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let kind = &request.kind;
+    let message = format!(
+        "this webhook serves {GROUP} DIJob and AggregatorConfig only, not {}/{} {}; check the webhook configuration's rules",
+        kind.group, kind.version, kind.kind
+    );
+    deny(request, 400, "BadRequest", message)
+}
+
+fn deny(request: &AdmissionRequest<DynamicObject>, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(request).deny(message);
+    response.result.code = code;
+    response.result.reason = reason.into();
+    response
+}
+
+/// Reads the request's object (or old object) as `T`; a denial says what is unreadable.
+fn parse<T: DeserializeOwned>(
+    request: &AdmissionRequest<DynamicObject>,
+    object: Option<&DynamicObject>,
+    what: &str,
+) -> Result<T, Box<AdmissionResponse>> {
+    let Some(object) = object else {
+        return Err(Box::new(deny(request, 400, "BadRequest", format!("the admission request carries no {what}"))));
+    };
+    let value = serde_json::to_value(object).map_err(|e| Box::new(deny(request, 400, "BadRequest", e.to_string())))?;
+    serde_json::from_value(value).map_err(|e| {
+        Box::new(deny(request, 422, "Invalid", format!("the {what} cannot be read as a {}: {e}", request.kind.kind)))
+    })
+}
+
+/// The patch that turns `before` into `after`, both read through the typed view: unknown fields
+/// are in neither, so the patch never touches them.
+fn patch_between<T: Serialize>(before: &T, after: &T) -> json_patch::Patch {
+    let before = serde_json::to_value(before).expect("typed objects serialise");
+    let after = serde_json::to_value(after).expect("typed objects serialise");
+    json_patch::diff(&before, &after)
+}
+
+/// The mutating webhook: fills in defaults.
+pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    if matches!(request.operation, Operation::Delete | Operation::Connect) {
+        return AdmissionResponse::from(request);
+    }
+    let patch = match kind_of(request) {
+        None => return unsupported(request),
+        Some(Kind::DIJob) => match parse::<DIJob>(request, request.object.as_ref(), "object") {
+            Ok(job) => {
+                let mut defaulted = job.clone();
+                default_dijob(&mut defaulted);
+                patch_between(&job, &defaulted)
+            }
+            Err(denial) => return *denial,
+        },
+        Some(Kind::AggregatorConfig) => match parse::<AggregatorConfig>(request, request.object.as_ref(), "object") {
+            Ok(config) => {
+                let mut defaulted = config.clone();
+                default_aggregator_config(&mut defaulted);
+                patch_between(&config, &defaulted)
+            }
+            Err(denial) => return *denial,
+        },
+    };
+    let response = AdmissionResponse::from(request);
+    if patch.0.is_empty() {
+        return response;
+    }
+    match response.with_patch(patch) {
+        Ok(r) => r,
+        Err(e) => deny(request, 500, "InternalError", format!("cannot encode the defaults as a patch: {e}")),
+    }
+}
+
+/// The validating webhook: refuses what would fail later, naming each field and its fix.
+pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    if matches!(request.operation, Operation::Delete | Operation::Connect) {
+        return AdmissionResponse::from(request);
+    }
+    let outcome: Result<(), ValidationErrors> = match kind_of(request) {
+        None => return unsupported(request),
+        Some(Kind::DIJob) => {
+            // Checked as stored: the defaults are filled in whether or not the mutating
+            // webhook ran first (defaulting is idempotent).
+            let mut job = match parse::<DIJob>(request, request.object.as_ref(), "object") {
+                Ok(job) => job,
+                Err(denial) => return *denial,
+            };
+            default_dijob(&mut job);
+            if request.operation == Operation::Update {
+                match parse::<DIJob>(request, request.old_object.as_ref(), "old object") {
+                    Ok(old) => validate_dijob_update(&old, &job),
+                    Err(denial) => return *denial,
+                }
+            } else {
+                validate_dijob(&job)
+            }
+        }
+        Some(Kind::AggregatorConfig) => match parse::<AggregatorConfig>(request, request.object.as_ref(), "object") {
+            Ok(mut config) => {
+                default_aggregator_config(&mut config);
+                validate_aggregator_config(&config)
+            }
+            Err(denial) => return *denial,
+        },
+    };
+    match outcome {
+        Ok(()) => AdmissionResponse::from(request),
+        Err(errors) => deny(request, 422, "Invalid", errors.to_string()),
+    }
+}

@@ -1,0 +1,133 @@
+//! A real API server calling the webhook over TLS with the self-managed CA: an invalid DIJob is
+//! refused by `kubectl apply` with the message, a valid one is stored with its defaults, an
+//! update of an immutable field is refused.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use di_api::DIJob;
+use di_e2e::cluster::{MANAGER, connect, within};
+use di_e2e::orchestrator::Orchestrator;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+/// The webhook configurations of the install manifests, pointed at a loopback URL and limited to
+/// one namespace so the rest of the suite never depends on this test's webhook.
+fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json::Value) {
+    let hook = |name: &str, path: &str| {
+        json!({
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "clientConfig": {"url": format!("{url}{path}")},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "rules": [{"apiGroups": ["diengine.opendilab.org"], "apiVersions": ["v1alpha1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["dijobs", "aggregatorconfigs"], "scope": "Namespaced"}],
+        })
+    };
+    let meta = json!({"name": "di-orchestrator"});
+    (
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
+               "webhooks": [hook("mdijob.diengine.opendilab.org", "/mutate")]}),
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": meta,
+               "webhooks": [hook("vdijob.diengine.opendilab.org", "/validate")]}),
+    )
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn the_api_server_defaults_and_validates_through_the_webhook() {
+    let cluster = Box::pin(connect()).await;
+    Box::pin(cluster.install_crds()).await;
+    let ns = Box::pin(cluster.namespace("webhook")).await;
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (mutating, validating) = configurations(&format!("https://127.0.0.1:{port}"), &ns);
+    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
+    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
+    let apply = PatchParams::apply(MANAGER).force();
+    mutating_api.patch("di-orchestrator", &apply, &Patch::Apply(&mutating)).await.unwrap();
+    validating_api.patch("di-orchestrator", &apply, &Patch::Apply(&validating)).await.unwrap();
+
+    let args = [format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-hosts=127.0.0.1".into()];
+    let orchestrator = Box::pin(Orchestrator::start_with(&cluster, &ns, "", &args)).await;
+
+    // The orchestrator writes its CA into both configurations.
+    let (m, v) = (mutating_api.clone(), validating_api.clone());
+    within(Duration::from_secs(60), "the CA bundle in the webhook configurations", async move {
+        loop {
+            let has_bundle = |hooks: Option<Vec<k8s_openapi::ByteString>>| {
+                hooks.is_some_and(|b| !b.is_empty() && b.iter().all(|b| !b.0.is_empty()))
+            };
+            let mb = m
+                .get("di-orchestrator")
+                .await
+                .unwrap()
+                .webhooks
+                .map(|w| w.into_iter().filter_map(|h| h.client_config.ca_bundle).collect());
+            let vb = v
+                .get("di-orchestrator")
+                .await
+                .unwrap()
+                .webhooks
+                .map(|w| w.into_iter().filter_map(|h| h.client_config.ca_bundle).collect());
+            if has_bundle(mb) && has_bundle(vb) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+
+    // An invalid job: refused at once, every problem named with its field and fix.
+    let out = cluster.kubectl(&["apply", "-n", &ns, "-f", "manifests/examples/invalid.yaml"]).expect("kubectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the invalid job was accepted: {}", String::from_utf8_lossy(&out.stdout));
+    for expected in [
+        "admission webhook \"vdijob.diengine.opendilab.org\" denied the request",
+        "spec.cleanPodPolicy: Unsupported value \"Sometimes\": use one of \"Running\", \"All\", \"None\"",
+        "spec.collector.replicas: Invalid value: -1: must be between 0 and 1000",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "{expected:?} missing from: {stderr}\norchestrator log:\n{}",
+            orchestrator.log()
+        );
+    }
+
+    // A valid one, written the 0.2 way: stored with its defaults filled in.
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "defaulted"},
+        "spec": {"cleanPodPolicy": "ALL",
+                 "coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}},
+                 "collector": {"template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}}}
+    });
+    let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), &ns);
+    jobs.patch("defaulted", &PatchParams::apply(MANAGER), &Patch::Apply(&job)).await.expect("a valid job is accepted");
+    let stored = jobs.get("defaulted").await.unwrap();
+    assert_eq!(stored.spec.clean_pod_policy.as_deref(), Some("All"));
+    let coordinator = stored.spec.coordinator.unwrap().template.spec.unwrap();
+    assert_eq!(coordinator.restart_policy.as_deref(), Some("Never"));
+    let port = &coordinator.containers[0].ports.as_ref().unwrap()[0];
+    assert_eq!((port.name.as_deref(), port.container_port), (Some("di-port"), 22273));
+
+    // Scaling is allowed; changing a template is not.
+    let scale = json!({"spec": {"collector": {"replicas": 2}}});
+    jobs.patch("defaulted", &PatchParams::default(), &Patch::Merge(&scale)).await.expect("scaling is allowed");
+    let change = json!({"spec": {"collector": {"template": {"spec": {"containers": [{"name": "di-container", "image": "ding:v2"}]}}}}});
+    let err = jobs
+        .patch("defaulted", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .expect_err("templates are immutable");
+    assert!(
+        err.to_string().contains("spec.collector.template: Forbidden: a role's pod template is immutable"),
+        "{err}"
+    );
+
+    mutating_api.delete("di-orchestrator", &DeleteParams::default()).await.unwrap();
+    validating_api.delete("di-orchestrator", &DeleteParams::default()).await.unwrap();
+}
