@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all build demo test unit e2e-local controlplane lint fmt manifests check-manifests help
+.PHONY: all build bench demo test unit e2e-local controlplane lint fmt manifests check-manifests help
 
 all: build
 
@@ -15,6 +15,10 @@ build:
 demo:
 	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins
 	./target/debug/di-demo
+
+## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md)
+bench:
+	$(CARGO) run --release --quiet -p di-bench
 
 ## test: every tier this machine can run: unit and component tests, then the e2e suite on a local control plane
 test: unit e2e-local
