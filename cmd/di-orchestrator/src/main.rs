@@ -28,7 +28,31 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the DIJob reconciler, with health probes and metrics.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Run the replica endpoint of one job (the sidecar next to its coordinator).
+    Replicas(ReplicasArgs),
+}
+
+#[derive(Args)]
+struct ReplicasArgs {
+    /// Namespace of the job.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE")]
+    namespace: String,
+    /// Name of the DIJob this endpoint serves, and no other.
+    #[arg(long)]
+    job: String,
+    /// Port to listen on (all addresses of the pod).
+    #[arg(long, default_value_t = di_api::contract::REPLICAS_PORT as u16)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: std::net::IpAddr,
+    /// The pod's own IPs, comma-separated: writes are accepted from them and from loopback.
+    #[arg(long, env = "KUBERNETES_POD_IP", value_delimiter = ',')]
+    pod_ip: Vec<std::net::IpAddr>,
+    /// How long an answer waits for the reconciler to carry a change out, in seconds.
+    #[arg(long, default_value_t = 30)]
+    wait_seconds: u64,
 }
 
 #[derive(Args)]
@@ -105,7 +129,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
+        Command::Replicas(args) => replicas(args).await,
     }
 }
 
@@ -187,6 +212,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     info!("stopped");
+    Ok(())
+}
+
+async fn replicas(args: ReplicasArgs) -> anyhow::Result<()> {
+    use di_replicas::scale::Scope;
+    use di_replicas::server::{Endpoint, router};
+    let client = kube::Client::try_default().await.context("connecting to the API server")?;
+    let scope = Scope { namespace: args.namespace, job: args.job };
+    let endpoint = Endpoint::new(client, scope.clone(), args.pod_ip, Duration::from_secs(args.wait_seconds));
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.port))
+        .await
+        .context("binding the replica endpoint")?;
+    info!(addr = %listener.local_addr()?, job = %scope.job, namespace = %scope.namespace, "serving the replica endpoint");
+    let mut terminate = signal(SignalKind::terminate())?;
+    axum::serve(listener, router(endpoint).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        })
+        .await?;
     Ok(())
 }
 

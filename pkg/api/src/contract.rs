@@ -49,6 +49,8 @@ pub mod labels {
 pub mod env {
     pub const POD_NAMESPACE: &str = "KUBERNETES_POD_NAMESPACE";
     pub const POD_NAME: &str = "KUBERNETES_POD_NAME";
+    /// The replica endpoint sidecar only: its pod's IP, from which the coordinator's writes come.
+    pub const POD_IP: &str = "KUBERNETES_POD_IP";
     /// `host:port` without a scheme: where the job's replica endpoint answers.
     pub const SERVER_URL: &str = "KUBERNETES_SERVER_URL";
     /// Coordinator only: its own URL.
@@ -76,6 +78,24 @@ pub mod annotations {
     pub const RESTARTS: &str = "diengine.opendilab.org/restarts";
     pub const LAST_FAILED_UID: &str = "diengine.opendilab.org/last-failed-uid";
     pub const RESTART_AFTER: &str = "diengine.opendilab.org/restart-after";
+
+    /// On the DIJob: pods the coordinator reported failed, as `pod=uid` pairs separated by
+    /// commas. The UID names the incarnation, so a replacement is never replaced again.
+    pub const REPLACE: &str = "diengine.opendilab.org/replace";
+
+    /// The `(pod, uid)` pairs of a [`REPLACE`] value; malformed entries are skipped.
+    pub fn parse_replace(value: &str) -> Vec<(String, String)> {
+        value
+            .split(',')
+            .filter_map(|entry| entry.trim().split_once('='))
+            .filter(|(pod, uid)| !pod.is_empty() && !uid.is_empty())
+            .map(|(pod, uid)| (pod.to_owned(), uid.to_owned()))
+            .collect()
+    }
+
+    pub fn format_replace(entries: &[(String, String)]) -> String {
+        entries.iter().map(|(pod, uid)| format!("{pod}={uid}")).collect::<Vec<_>>().join(",")
+    }
 }
 
 /// Port of the replica endpoint, the sidecar next to the coordinator
@@ -229,6 +249,19 @@ mod tests {
         let longest = "a".repeat(names::max_job_name_len());
         let name = names::ddp_learner(&longest, 999, 255);
         assert_eq!(name.len(), DNS_LABEL_MAX);
+    }
+
+    #[test]
+    fn replace_annotation_round_trips() {
+        let entries = vec![("j-collector-0".to_string(), "u1".to_string()), ("j-learner-1".into(), "u2".into())];
+        let text = annotations::format_replace(&entries);
+        assert_eq!(text, "j-collector-0=u1,j-learner-1=u2");
+        assert_eq!(annotations::parse_replace(&text), entries);
+        assert_eq!(
+            annotations::parse_replace(" a=1 , junk, =2, b= ,c=3"),
+            vec![("a".into(), "1".into()), ("c".into(), "3".into())]
+        );
+        assert_eq!(annotations::parse_replace(""), vec![]);
     }
 
     #[test]

@@ -11,8 +11,8 @@ use di_api::contract::{
 use di_api::resources::{main_container_index, replica_port, template_gpus};
 use di_api::{AggregatorConfig, DIJob};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, HTTPGetAction, Pod, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Pod, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -407,6 +407,14 @@ impl<'a> Builder<'a> {
                 format!("--port={REPLICAS_PORT}"),
             ]),
             ports: Some(vec![container_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT)]),
+            env: Some(vec![EnvVar {
+                name: env::POD_IP.into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector { field_path: "status.podIP".into(), ..Default::default() }),
+                    ..Default::default()
+                }),
+            }]),
             readiness_probe: Some(Probe {
                 http_get: Some(HTTPGetAction {
                     path: Some("/healthz".into()),

@@ -55,6 +55,8 @@ pub enum Why {
     ScaledDown,
     Failed,
     AggregatorFailed,
+    /// The coordinator reported it failed.
+    Reported,
     Suspended,
     Cleanup,
 }
@@ -124,6 +126,11 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         let wanted = desired::replicas(job, world.aggregator_config, settings)?;
         let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();
         let limit = job.spec.restart_limit;
+        let reported: BTreeSet<(String, String)> = job
+            .annotations()
+            .get(annotations::REPLACE)
+            .map(|v| annotations::parse_replace(v).into_iter().collect())
+            .unwrap_or_default();
         let mut failed_aggregators = BTreeSet::new();
         for replica in &wanted {
             let pod_name = replica.name();
@@ -150,6 +157,15 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     }
                 }
                 Some(pod) if is_terminating(pod) => {}
+                Some(pod)
+                    if replica.role != Role::Coordinator
+                        && reported.contains(&(pod_name.clone(), pod.uid().unwrap_or_default())) =>
+                {
+                    actions.push(Action::DeletePod { name: pod_name.clone(), why: Why::Reported });
+                    if replica.role == Role::Aggregator {
+                        failed_aggregators.insert(replica.index);
+                    }
+                }
                 Some(pod) if pod_phase(pod) == "Failed" && replica.role != Role::Coordinator => {
                     let uid = pod.uid().unwrap_or_default();
                     let counted = service.and_then(|s| s.annotations().get(annotations::LAST_FAILED_UID)) == Some(&uid);

@@ -328,6 +328,7 @@ async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), E
         (Why::Suspended, "Suspended"),
         (Why::Cleanup, "CleanedUp"),
         (Why::AggregatorFailed, "AggregatorFailed"),
+        (Why::Reported, "ReportedFailed"),
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {

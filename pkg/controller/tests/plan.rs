@@ -196,6 +196,26 @@ fn a_failure_already_counted_is_not_counted_twice() {
 }
 
 #[test]
+fn pods_the_coordinator_reports_are_replaced_once() {
+    let mut job = job(2, 1, json!({}));
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    job.annotations_mut().insert(
+        annotations::REPLACE.into(),
+        "job-collector-1=uid-job-collector-1,job-learner-0=uid-job-learner-0,job-collector-0=an-older-uid".into(),
+    );
+    let plan = decide(&job, &pods, &services, now());
+    assert_eq!(
+        deleted(&plan.actions),
+        vec![("job-collector-1".to_string(), Why::Reported), ("job-learner-0".into(), Why::Reported)],
+        "only the reported incarnations go"
+    );
+    // Their replacements carry new UIDs: the same annotation replaces nothing more.
+    let (mut fresh, services) = world_of(&job, |_| Some("Running"));
+    fresh.iter_mut().for_each(|p| p.metadata.uid = Some(format!("new-{}", p.name_any())));
+    assert_eq!(decide(&job, &fresh, &services, now()).actions, vec![]);
+}
+
+#[test]
 fn past_the_restart_limit_the_replica_stays_failed() {
     let job = job(1, 0, json!({"restartLimit": 2}));
     let (pods, mut services) = world_of(&job, |n| Some(if n == "job-collector-0" { "Failed" } else { "Running" }));

@@ -7,3 +7,4 @@ pub mod cluster;
 pub mod controlplane;
 pub mod nodes;
 pub mod orchestrator;
+pub mod scenario;

@@ -48,7 +48,7 @@ impl Orchestrator {
     pub async fn start_with(cluster: &TestCluster, namespace: &str, instance: &str, args: &[String]) -> Orchestrator {
         cluster.apply_file("manifests/install/namespace.yaml").await;
         cluster.apply_file("manifests/install/rbac.yaml").await;
-        let kubeconfig = service_account_kubeconfig(cluster, namespace).await;
+        let kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace).await;
         let log = kubeconfig.with_file_name(format!("{namespace}{instance}.log"));
         let mut args = args.to_vec();
         args.push(format!("--namespace={namespace}"));
@@ -94,17 +94,54 @@ fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Chil
         .expect("starting di-orchestrator")
 }
 
-/// A kubeconfig for the orchestrator's ServiceAccount, beside the admin one.
-async fn service_account_kubeconfig(cluster: &TestCluster, namespace: &str) -> PathBuf {
-    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), "di-system");
+/// The replica endpoint of one job, as a local process with the job's own ServiceAccount (the
+/// identity the reconciler created for it), listening on loopback.
+pub struct Sidecar {
+    _child: Child,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    log: PathBuf,
+}
+
+impl Sidecar {
+    pub async fn start(cluster: &TestCluster, namespace: &str, job: &str) -> Sidecar {
+        let account = di_api::contract::names::replicas_identity(job);
+        let kubeconfig = service_account_kubeconfig(cluster, namespace, &account, &format!("{namespace}-{job}")).await;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("port").port();
+        let log = kubeconfig.with_extension("log");
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("sidecar log");
+        let child = Command::new(binary("di-orchestrator"))
+            .args(["replicas", "--bind-address=127.0.0.1", "--wait-seconds=30"])
+            .arg(format!("--namespace={namespace}"))
+            .arg(format!("--job={job}"))
+            .arg(format!("--port={port}"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log handle"))
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("starting the replica endpoint");
+        Sidecar { _child: child, url: format!("http://127.0.0.1:{port}"), kubeconfig, log }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A kubeconfig for a ServiceAccount's token, beside the admin one.
+async fn service_account_kubeconfig(cluster: &TestCluster, sa_namespace: &str, sa: &str, file: &str) -> PathBuf {
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), sa_namespace);
     let request = TokenRequest {
         spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
         ..Default::default()
     };
     let token = accounts
-        .create_token_request("di-orchestrator", &PostParams::default(), &request)
+        .create_token_request(sa, &PostParams::default(), &request)
         .await
-        .expect("token for di-system/di-orchestrator")
+        .unwrap_or_else(|e| panic!("token for {sa_namespace}/{sa}: {e}"))
         .status
         .expect("token request answered")
         .token;
@@ -114,13 +151,13 @@ async fn service_account_kubeconfig(cluster: &TestCluster, namespace: &str) -> P
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "e2e", "cluster": cluster_entry}],
-        "users": [{"name": "di-orchestrator", "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "di-orchestrator"}}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa}}],
         "current-context": "e2e",
     });
     let dir = cluster.kubeconfig.parent().expect("kubeconfig folder").join("orchestrators");
     std::fs::create_dir_all(&dir).expect("orchestrators folder");
-    let path = dir.join(format!("{namespace}.kubeconfig"));
+    let path = dir.join(format!("{file}.kubeconfig"));
     std::fs::write(&path, serde_yaml::to_string(&config).expect("kubeconfig YAML")).expect("writing kubeconfig");
     path
 }

@@ -3,135 +3,20 @@
 //! collection, and a crash mid-job that leaves no duplicate.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::{annotations, labels};
+use di_api::contract::annotations;
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::{TestCluster, connect, within};
-use di_e2e::nodes::{Nodes, SimulatedNodes};
+use di_e2e::cluster::within;
+use di_e2e::nodes::Nodes;
 use di_e2e::orchestrator::Orchestrator;
+use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Scenario {
-    cluster: TestCluster,
-    ns: String,
-    jobs: Api<DIJob>,
-    pods: Api<Pod>,
-    services: Api<Service>,
-    nodes: Arc<SimulatedNodes>,
-    orchestrator: Orchestrator,
-}
-
-impl Scenario {
-    async fn new(hint: &str) -> Scenario {
-        // Boxed: the setup's future is large, and test threads have small stacks.
-        let cluster = Box::pin(connect()).await;
-        Box::pin(cluster.install_crds()).await;
-        let ns = Box::pin(cluster.namespace(hint)).await;
-        let nodes = SimulatedNodes::start(cluster.client.clone(), &ns);
-        let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns)).await;
-        Scenario {
-            jobs: Api::namespaced(cluster.client.clone(), &ns),
-            pods: Api::namespaced(cluster.client.clone(), &ns),
-            services: Api::namespaced(cluster.client.clone(), &ns),
-            cluster,
-            ns,
-            nodes,
-            orchestrator,
-        }
-    }
-
-    async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
-        let container = |image: &str| json!({"containers": [{"name": "di-container", "image": image}]});
-        let mut job = json!({
-            "apiVersion": "diengine.opendilab.org/v1alpha1",
-            "kind": "DIJob",
-            "metadata": {"name": name},
-            "spec": {
-                "coordinator": {"template": {"spec": container("ding")}},
-                "collector": {"replicas": collectors, "template": {"spec": container("ding")}},
-                "learner": {"replicas": learners, "template": {"spec": container("ding")}},
-            }
-        });
-        merge(&mut job["spec"], extra);
-        let job: DIJob = serde_json::from_value(job).unwrap();
-        self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
-    }
-
-    async fn wait_phase(&self, name: &str, phase: Phase) -> DIJob {
-        let what = format!("job {name} to be {phase:?}");
-        let cond = move |job: Option<&DIJob>| job.and_then(|j| j.status.as_ref()).and_then(|s| s.phase) == Some(phase);
-        let job = Box::pin(within(WAIT, &what, await_condition(self.jobs.clone(), name, cond))).await.unwrap();
-        job.unwrap_or_else(|| {
-            panic!("job {name} vanished while waiting; orchestrator log:\n{}", self.orchestrator.log())
-        })
-    }
-
-    /// Waits until the job's pods are exactly `names` (sorted), returning them.
-    async fn wait_pods(&self, job: &str, names: &[String]) -> Vec<Pod> {
-        let mut want = names.to_vec();
-        want.sort();
-        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
-        let pods = self.pods.clone();
-        within(WAIT, &format!("pods {want:?}"), async move {
-            loop {
-                let list = pods.list(&params).await.unwrap().items;
-                let live: Vec<Pod> = list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
-                let mut got: Vec<String> = live.iter().map(|p| p.name_any()).collect();
-                got.sort();
-                if got == want {
-                    return live;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-        .await
-    }
-
-    async fn wait_services(&self, job: &str, names: &[String]) {
-        let mut want = names.to_vec();
-        want.sort();
-        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
-        let services = self.services.clone();
-        within(WAIT, &format!("services {want:?}"), async move {
-            loop {
-                let mut got: Vec<String> =
-                    services.list(&params).await.unwrap().items.iter().map(|s| s.name_any()).collect();
-                got.sort();
-                if got == want {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-        .await
-    }
-}
-
-fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
-    if let (Some(t), serde_json::Value::Object(e)) = (target.as_object_mut(), extra) {
-        for (k, v) in e {
-            match t.get_mut(&k) {
-                Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
-                _ => {
-                    t.insert(k, v);
-                }
-            }
-        }
-    }
-}
-
-fn names(job: &str, list: &[&str]) -> Vec<String> {
-    list.iter().map(|n| format!("{job}-{n}")).collect()
-}
 
 fn env_of(pod: &Pod) -> BTreeMap<String, String> {
     let container = &pod.spec.as_ref().unwrap().containers[0];

@@ -1,0 +1,7 @@
+//! The replica endpoint: DI-orchestrator 0.2's di-server API, served by a sidecar next to each
+//! coordinator and scoped to its job. Requests change the DIJob's desired state; the reconciler
+//! creates and deletes the pods.
+
+pub mod scale;
+pub mod server;
+pub mod wire;

@@ -1,0 +1,338 @@
+//! The replica endpoint's HTTP API (`/v1alpha1` and `/v1alpha2`), the I/O edge of `scale`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use di_api::DIJob;
+use di_api::contract::{Role, annotations, labels};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::Mutex;
+use tracing::info;
+
+use crate::scale::{self, ApiError, Scope};
+use crate::wire::{Envelope, ReplicaRequest, Replicas};
+
+/// Largest request body; DI-engine's are a few hundred bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+
+pub struct Endpoint {
+    pub client: Client,
+    pub scope: Scope,
+    /// Addresses writes may come from besides loopback: the pod's own IPs.
+    pub own_ips: Vec<IpAddr>,
+    /// How long an answer waits for the reconciler to create or remove the replicas.
+    pub wait: Duration,
+    /// One write at a time from this endpoint; optimistic concurrency covers other writers.
+    writing: Mutex<()>,
+}
+
+impl Endpoint {
+    pub fn new(client: Client, scope: Scope, own_ips: Vec<IpAddr>, wait: Duration) -> Arc<Endpoint> {
+        Arc::new(Endpoint { client, scope, own_ips, wait, writing: Mutex::new(()) })
+    }
+
+    fn jobs(&self) -> Api<DIJob> {
+        Api::namespaced(self.client.clone(), &self.scope.namespace)
+    }
+
+    async fn job(&self) -> Result<DIJob, ApiError> {
+        self.jobs().get_opt(&self.scope.job).await.map_err(internal)?.ok_or_else(|| {
+            ApiError::NotFound(format!("job {}/{} does not exist", self.scope.namespace, self.scope.job))
+        })
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>, ApiError> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.scope.namespace);
+        let params = ListParams::default().labels(&format!("{}={}", labels::JOB_NAME, self.scope.job));
+        Ok(pods.list(&params).await.map_err(internal)?.items)
+    }
+}
+
+fn internal(e: kube::Error) -> ApiError {
+    ApiError::Internal(format!("kubernetes API: {e}"))
+}
+
+pub fn router(endpoint: Arc<Endpoint>) -> Router {
+    let mut router = Router::new().route("/healthz", get(|| async { envelope::<()>(Ok((None, "ok".into()))) }));
+    for version in ["/v1alpha1", "/v1alpha2"] {
+        router = router
+            .route(&format!("{version}/replicas"), get(list).post(add).delete(remove))
+            .route(&format!("{version}/replicas/failed"), post(failed));
+    }
+    router
+        .fallback(|method: Method| async move {
+            let (status, message) = match method {
+                Method::GET | Method::POST | Method::DELETE => (StatusCode::NOT_FOUND, "no such route"),
+                _ => (StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+            };
+            (status, axum::Json(Envelope::<()> { success: false, code: 1, message: message.into(), data: None }))
+        })
+        .method_not_allowed_fallback(|| async {
+            let body = Envelope::<()> { success: false, code: 1, message: "method not allowed".into(), data: None };
+            (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body))
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(endpoint)
+}
+
+type Outcome<T> = Result<(Option<T>, String), ApiError>;
+
+fn envelope<T: Serialize>(outcome: Outcome<T>) -> Response {
+    match outcome {
+        Ok((data, message)) => {
+            (StatusCode::OK, axum::Json(Envelope { success: true, code: 0, message, data })).into_response()
+        }
+        Err(e) => {
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (status, axum::Json(Envelope::<T> { success: false, code: 1, message: e.to_string(), data: None }))
+                .into_response()
+        }
+    }
+}
+
+/// JSON whatever the Content-Type (DI-engine sends none).
+fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = bytes.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!("the body is larger than {MAX_BODY} bytes")),
+        _ => ApiError::BadRequest(format!("the body cannot be read: {rejection}")),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("the body is not a valid request: {e}")))
+}
+
+/// Writes come from the coordinator's own pod: loopback or the pod's own address.
+fn check_writer(endpoint: &Endpoint, peer: SocketAddr) -> Result<(), ApiError> {
+    let ip = peer.ip().to_canonical();
+    if ip.is_loopback() || endpoint.own_ips.contains(&ip) {
+        return Ok(());
+    }
+    Err(ApiError::Forbidden(format!("only the coordinator's own pod may change the job's replicas, not {ip}")))
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    namespace: Option<String>,
+    coordinator: Option<String>,
+    aggregator: Option<String>,
+    name: Option<String>,
+}
+
+async fn list(State(endpoint): State<Arc<Endpoint>>, query: Result<Query<ListQuery>, QueryRejection>) -> Response {
+    match query {
+        Ok(Query(query)) => envelope(list_outcome(&endpoint, query).await),
+        Err(e) => envelope::<Replicas>(Err(ApiError::BadRequest(format!("bad query parameters: {e}")))),
+    }
+}
+
+async fn list_outcome(endpoint: &Endpoint, query: ListQuery) -> Outcome<Replicas> {
+    let scope = &endpoint.scope;
+    let namespace =
+        query.namespace.ok_or_else(|| ApiError::BadRequest("the namespace parameter is required".into()))?;
+    match (query.coordinator, query.aggregator, query.name) {
+        (Some(coordinator), None, None) => {
+            scope.check(&namespace, &coordinator)?;
+            Ok((Some(scale::listing(scope, &endpoint.pods().await?)), "successfully get replicas".into()))
+        }
+        (None, Some(aggregator), None) => {
+            scope.check(&namespace, &scope.coordinator())?;
+            Ok((
+                Some(scale::ddp_listing(scope, &endpoint.pods().await?, &aggregator)?),
+                "successfully get replicas".into(),
+            ))
+        }
+        (None, None, Some(name)) => {
+            scope.check(&namespace, &scope.coordinator())?;
+            let pods = endpoint.pods().await?;
+            let pod = pods
+                .iter()
+                .find(|p| p.name_any() == name)
+                .ok_or_else(|| ApiError::NotFound(format!("no pod {name:?} in job {}", scope.job)))?;
+            let mut replicas = Replicas { namespace, coordinator: scope.coordinator(), ..Default::default() };
+            match scale::role_of(pod) {
+                Some(Role::Collector) => replicas.collectors.push(scale::url_of(pod)),
+                Some(_) => replicas.learners.push(scale::url_of(pod)),
+                None => return Err(ApiError::NotFound(format!("{name:?} is not a replica of job {}", scope.job))),
+            }
+            Ok((Some(replicas), "successfully get replicas".into()))
+        }
+        _ => Err(ApiError::BadRequest("give exactly one of coordinator, aggregator or name".into())),
+    }
+}
+
+async fn add(
+    State(endpoint): State<Arc<Endpoint>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    envelope(scale_outcome(&endpoint, peer, bytes, true).await)
+}
+
+async fn remove(
+    State(endpoint): State<Arc<Endpoint>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    envelope(scale_outcome(&endpoint, peer, bytes, false).await)
+}
+
+async fn scale_outcome(
+    endpoint: &Endpoint,
+    peer: SocketAddr,
+    bytes: Result<Bytes, BytesRejection>,
+    up: bool,
+) -> Outcome<Replicas> {
+    check_writer(endpoint, peer)?;
+    let request: ReplicaRequest = body(bytes)?;
+    endpoint.scope.check(&request.namespace, &request.coordinator)?;
+    let _one_at_a_time = endpoint.writing.lock().await;
+    let (before, change) = loop {
+        let job = endpoint.job().await?;
+        let change = if up { scale::scale_up(&job, &request)? } else { scale::scale_down(&job, &request)? };
+        match endpoint
+            .jobs()
+            .patch(&endpoint.scope.job, &PatchParams::default(), &Patch::Merge(&change.patch(&job)))
+            .await
+        {
+            Ok(_) => break (job, change),
+            // Someone else changed the job since it was read: decide again on what is there now.
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => return Err(ApiError::Conflict(s.message)),
+            Err(e) => return Err(internal(e)),
+        }
+    };
+    let job = &endpoint.scope.job;
+    let collectors = scale::affected(job, Role::Collector, before.spec.collector_replicas(), change.collectors);
+    let learners = scale::affected(job, Role::Learner, before.spec.learner_replicas(), change.learners);
+    info!(up, ?collectors, ?learners, "changed the job's desired replicas");
+    let (replicas, converged) = wait_for(endpoint, &before, &collectors, &learners, up).await?;
+    let verb = if up { "create" } else { "delete" };
+    let mut message = format!("successfully {verb} replicas");
+    if !converged {
+        message
+            .push_str(&format!("; the job is changed, but not every replica was {verb}d within {:?}", endpoint.wait));
+    }
+    for note in &change.notes {
+        message.push_str(&format!("; {note}"));
+    }
+    Ok((Some(replicas), message))
+}
+
+/// Waits, bounded, until the named replicas exist (`present`) or are gone, and answers with
+/// their URLs. A learner with several GPUs appears as its aggregator.
+async fn wait_for(
+    endpoint: &Endpoint,
+    job: &DIJob,
+    collectors: &[String],
+    learners: &[String],
+    present: bool,
+) -> Result<(Replicas, bool), ApiError> {
+    let deadline = tokio::time::Instant::now() + endpoint.wait;
+    let aggregator_of = |learner: &str| learner.replacen("-learner-", "-aggregator-", 1);
+    loop {
+        let pods = endpoint.pods().await?;
+        let find = |name: &str| pods.iter().find(|p| p.name_any() == name && p.metadata.deletion_timestamp.is_none());
+        let found_collectors: Vec<&Pod> = collectors.iter().filter_map(|n| find(n)).collect();
+        let found_learners: Vec<&Pod> =
+            learners.iter().filter_map(|n| find(n).or_else(|| find(&aggregator_of(n)))).collect();
+        let done = if present {
+            found_collectors.len() == collectors.len() && found_learners.len() == learners.len()
+        } else {
+            found_collectors.is_empty() && found_learners.is_empty()
+        };
+        if done || tokio::time::Instant::now() >= deadline {
+            let url = |name: &String, found: &[&Pod], role: Role| {
+                found
+                    .iter()
+                    .find(|p| p.name_any() == *name || p.name_any() == aggregator_of(name))
+                    .map_or_else(|| scale::planned_url(job, name, role), |p| scale::url_of(p))
+            };
+            let mut answer = Replicas {
+                namespace: endpoint.scope.namespace.clone(),
+                coordinator: endpoint.scope.coordinator(),
+                ..Default::default()
+            };
+            answer.collectors = collectors.iter().map(|n| url(n, &found_collectors, Role::Collector)).collect();
+            answer.learners = learners.iter().map(|n| url(n, &found_learners, Role::Learner)).collect();
+            return Ok((answer, done));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn failed(
+    State(endpoint): State<Arc<Endpoint>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    envelope(failed_outcome(&endpoint, peer, bytes).await)
+}
+
+async fn failed_outcome(
+    endpoint: &Endpoint,
+    peer: SocketAddr,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Outcome<Replicas> {
+    check_writer(endpoint, peer)?;
+    let report: Replicas = body(bytes)?;
+    endpoint.scope.check(&report.namespace, &report.coordinator)?;
+    let _one_at_a_time = endpoint.writing.lock().await;
+    let (old_uids, names) = loop {
+        let job = endpoint.job().await?;
+        let pods = endpoint.pods().await?;
+        let (value, names) = scale::report_failed(&job, &pods, &report)?;
+        let patch = json!({"metadata": {"resourceVersion": job.resource_version(), "annotations": {annotations::REPLACE: value}}});
+        match endpoint.jobs().patch(&endpoint.scope.job, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                let uids: Vec<(String, Option<String>)> = names
+                    .iter()
+                    .map(|n| (n.clone(), pods.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid())))
+                    .collect();
+                break (uids, names);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(internal(e)),
+        }
+    };
+    // Replaced: the same name runs a new incarnation.
+    let deadline = tokio::time::Instant::now() + endpoint.wait;
+    let (pods, converged) = loop {
+        let pods = endpoint.pods().await?;
+        let converged = old_uids.iter().all(|(name, uid)| {
+            pods.iter().any(|p| &p.name_any() == name && p.uid() != *uid && p.metadata.deletion_timestamp.is_none())
+        });
+        if converged || tokio::time::Instant::now() >= deadline {
+            break (pods, converged);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let mut replaced = Replicas {
+        namespace: endpoint.scope.namespace.clone(),
+        coordinator: endpoint.scope.coordinator(),
+        ..Default::default()
+    };
+    for name in names {
+        let url = pods.iter().find(|p| p.name_any() == name).map_or_else(|| name.clone(), scale::url_of);
+        if report.collectors.iter().any(|c| scale::pod_name_of(c) == name) {
+            replaced.collectors.push(url);
+        } else {
+            replaced.learners.push(url);
+        }
+    }
+    let mut message = "successfully recreate replicas".to_string();
+    if !converged {
+        message.push_str(&format!("; marked for replacement, not every replica was back within {:?}", endpoint.wait));
+    }
+    Ok((Some(replaced), message))
+}

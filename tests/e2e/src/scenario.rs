@@ -1,0 +1,132 @@
+//! One test's world: a namespace of its own, simulated nodes, and an orchestrator for it, with
+//! the waits every scenario needs (on conditions, never on fixed sleeps).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::contract::labels;
+use di_api::{DIJob, Phase};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cluster::{TestCluster, connect, within};
+use crate::nodes::SimulatedNodes;
+use crate::orchestrator::Orchestrator;
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub struct Scenario {
+    pub cluster: TestCluster,
+    pub ns: String,
+    pub jobs: Api<DIJob>,
+    pub pods: Api<Pod>,
+    pub services: Api<Service>,
+    pub nodes: Arc<SimulatedNodes>,
+    pub orchestrator: Orchestrator,
+}
+
+impl Scenario {
+    pub async fn new(hint: &str) -> Scenario {
+        // Boxed: the setup's future is large, and test threads have small stacks.
+        let cluster = Box::pin(connect()).await;
+        Box::pin(cluster.install_crds()).await;
+        let ns = Box::pin(cluster.namespace(hint)).await;
+        let nodes = SimulatedNodes::start(cluster.client.clone(), &ns);
+        let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns)).await;
+        Scenario {
+            jobs: Api::namespaced(cluster.client.clone(), &ns),
+            pods: Api::namespaced(cluster.client.clone(), &ns),
+            services: Api::namespaced(cluster.client.clone(), &ns),
+            cluster,
+            ns,
+            nodes,
+            orchestrator,
+        }
+    }
+
+    pub async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
+        let container = |image: &str| json!({"containers": [{"name": "di-container", "image": image}]});
+        let mut job = json!({
+            "apiVersion": "diengine.opendilab.org/v1alpha1",
+            "kind": "DIJob",
+            "metadata": {"name": name},
+            "spec": {
+                "coordinator": {"template": {"spec": container("ding")}},
+                "collector": {"replicas": collectors, "template": {"spec": container("ding")}},
+                "learner": {"replicas": learners, "template": {"spec": container("ding")}},
+            }
+        });
+        merge(&mut job["spec"], extra);
+        let job: DIJob = serde_json::from_value(job).unwrap();
+        self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: Phase) -> DIJob {
+        let what = format!("job {name} to be {phase:?}");
+        let cond = move |job: Option<&DIJob>| job.and_then(|j| j.status.as_ref()).and_then(|s| s.phase) == Some(phase);
+        let job = Box::pin(within(WAIT, &what, await_condition(self.jobs.clone(), name, cond))).await.unwrap();
+        job.unwrap_or_else(|| {
+            panic!("job {name} vanished while waiting; orchestrator log:\n{}", self.orchestrator.log())
+        })
+    }
+
+    /// Waits until the job's pods are exactly `names` (sorted), returning them.
+    pub async fn wait_pods(&self, job: &str, names: &[String]) -> Vec<Pod> {
+        let mut want = names.to_vec();
+        want.sort();
+        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+        let pods = self.pods.clone();
+        within(WAIT, &format!("pods {want:?}"), async move {
+            loop {
+                let list = pods.list(&params).await.unwrap().items;
+                let live: Vec<Pod> = list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+                let mut got: Vec<String> = live.iter().map(|p| p.name_any()).collect();
+                got.sort();
+                if got == want {
+                    return live;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    }
+
+    pub async fn wait_services(&self, job: &str, names: &[String]) {
+        let mut want = names.to_vec();
+        want.sort();
+        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+        let services = self.services.clone();
+        within(WAIT, &format!("services {want:?}"), async move {
+            loop {
+                let mut got: Vec<String> =
+                    services.list(&params).await.unwrap().items.iter().map(|s| s.name_any()).collect();
+                got.sort();
+                if got == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await
+    }
+}
+
+pub fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(t), serde_json::Value::Object(e)) = (target.as_object_mut(), extra) {
+        for (k, v) in e {
+            match t.get_mut(&k) {
+                Some(existing) if existing.is_object() && v.is_object() => merge(existing, v),
+                _ => {
+                    t.insert(k, v);
+                }
+            }
+        }
+    }
+}
+
+pub fn names(job: &str, list: &[&str]) -> Vec<String> {
+    list.iter().map(|n| format!("{job}-{n}")).collect()
+}
