@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: all build bench demo test unit e2e-local controlplane lint fmt manifests check-manifests help
+.PHONY: all build bench demo test unit e2e-local e2e image kind kind-down deploy controlplane lint fmt manifests check-manifests help
 
 all: build
 
@@ -32,6 +32,27 @@ unit: check-manifests
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins --tests
 	./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
+
+## e2e: the same suite on a kind cluster with the orchestrator deployed in it (needs docker and kind)
+e2e: kind
+	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins --tests
+	DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests -- --ignored
+
+## image: build the orchestrator's image (opendilab/di-orchestrator:dev)
+image:
+	docker build -t opendilab/di-orchestrator:dev .
+
+## kind: create a kind cluster, load the image, deploy the orchestrator (kind/up.sh)
+kind:
+	kind/up.sh
+
+## kind-down: delete the kind cluster
+kind-down:
+	kind/down.sh
+
+## deploy: install the orchestrator into the cluster of the current kubeconfig context
+deploy:
+	kubectl apply --server-side -k manifests/install
 
 ## controlplane: start the local control plane and keep it up until Ctrl-C (prints its KUBECONFIG)
 controlplane:

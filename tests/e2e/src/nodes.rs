@@ -1,7 +1,8 @@
 //! Nodes for the suite's pods. On the local control plane no kubelet runs, so the simulated nodes
 //! play it: they move pods to Running through the status subresource as soon as they exist, and
-//! to Succeeded or Failed when a test says so. On kind (real nodes) the same calls act on real
-//! containers; every scenario is written once against [`Nodes`].
+//! to Succeeded or Failed when a test says so. On kind (real nodes, `DI_E2E_NODES=real`) the same
+//! calls act on real containers, whose command waits for the exit code a test writes into them.
+//! Every scenario is written once against [`Nodes`].
 
 use std::sync::Arc;
 
@@ -14,10 +15,49 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-/// What the scenarios ask of the nodes.
-pub trait Nodes: Send + Sync {
-    /// Ends `pod`'s containers with `exit_code`: 0 makes it Succeeded, anything else Failed.
-    fn exit(&self, namespace: &str, pod: &str, exit_code: i32) -> impl std::future::Future<Output = ()> + Send;
+/// Whether the cluster under test runs pods for real (kind) or the suite simulates its nodes.
+pub fn real_nodes() -> bool {
+    std::env::var("DI_E2E_NODES").is_ok_and(|v| v == "real")
+}
+
+/// What the scenarios ask of the nodes, in either mode.
+pub enum Nodes {
+    Simulated(Arc<SimulatedNodes>),
+    Real(Client),
+}
+
+/// A real container's command: wait for the exit code a test writes, then exit with it.
+const WAIT_FOR_EXIT: &str = "until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
+
+impl Nodes {
+    /// The nodes of the cluster under test, for one namespace.
+    pub fn start(client: Client, namespace: &str) -> Nodes {
+        if real_nodes() { Nodes::Real(client) } else { Nodes::Simulated(SimulatedNodes::start(client, namespace)) }
+    }
+
+    /// A replica's main container that these nodes can run and end on demand.
+    pub fn container(&self) -> serde_json::Value {
+        match self {
+            Nodes::Simulated(_) => json!({"name": "di-container", "image": "ding"}),
+            Nodes::Real(_) => {
+                json!({"name": "di-container", "image": "busybox:1.36", "command": ["sh", "-c", WAIT_FOR_EXIT]})
+            }
+        }
+    }
+
+    /// Ends `pod`'s main container with `exit_code`: 0 makes it Succeeded, anything else Failed.
+    pub async fn exit(&self, namespace: &str, pod: &str, exit_code: i32) {
+        match self {
+            Nodes::Simulated(nodes) => nodes.exit(namespace, pod, exit_code).await,
+            Nodes::Real(client) => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                let command = ["sh", "-c", &format!("echo {exit_code} > /tmp/exit-code")].map(String::from);
+                let params = kube::api::AttachParams::default().container("di-container").stdout(false).stderr(false);
+                let process = api.exec(pod, command, &params).await.unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+                process.join().await.unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+            }
+        }
+    }
 }
 
 /// The local control plane's kubelet: every new pod of a namespace is Running and Ready at once.
@@ -50,7 +90,7 @@ impl Drop for SimulatedNodes {
     }
 }
 
-impl Nodes for SimulatedNodes {
+impl SimulatedNodes {
     async fn exit(&self, namespace: &str, pod: &str, exit_code: i32) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let current = api.get(pod).await.unwrap_or_else(|e| panic!("pod {pod}: {e}"));

@@ -6,17 +6,23 @@ use std::process::Stdio;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::Api;
 use kube::api::PostParams;
 use kube::config::Kubeconfig;
+use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
 use crate::binaries::repo_root;
 use crate::cluster::TestCluster;
 use crate::controlplane::RUN_MARKER;
 
-/// A running orchestrator that reconciles one namespace.
-pub struct Orchestrator {
+/// The orchestrator a scenario runs against: a local process that reconciles one namespace on the
+/// local control plane, or on kind the one deployed by the install manifests.
+pub enum Orchestrator {
+    Local(Box<LocalOrchestrator>),
+    Deployed(Client),
+}
+
+pub struct LocalOrchestrator {
     child: Child,
     kubeconfig: PathBuf,
     namespace: String,
@@ -38,14 +44,55 @@ pub fn binary(name: &str) -> PathBuf {
 }
 
 impl Orchestrator {
-    /// Installs the orchestrator's RBAC and starts it for `namespace`.
+    /// The orchestrator for `namespace`: on kind the deployed one; otherwise its RBAC is installed
+    /// and a local process started.
     pub async fn start(cluster: &TestCluster, namespace: &str) -> Orchestrator {
-        Self::start_with(cluster, namespace, "", &[]).await
+        if crate::nodes::real_nodes() {
+            return Orchestrator::Deployed(cluster.client.clone());
+        }
+        Orchestrator::Local(Box::new(LocalOrchestrator::start_with(cluster, namespace, "", &[]).await))
     }
 
-    /// Like [`Orchestrator::start`], one of several replicas (`instance` tells them apart), with
-    /// extra arguments to `serve`.
-    pub async fn start_with(cluster: &TestCluster, namespace: &str, instance: &str, args: &[String]) -> Orchestrator {
+    /// Kills it at once, as a crash would (on kind: deletes its pods).
+    pub async fn kill(&mut self) {
+        match self {
+            Orchestrator::Local(local) => local.kill().await,
+            Orchestrator::Deployed(client) => {
+                let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "di-system");
+                let params = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+                let selector = kube::api::ListParams::default().labels("app.kubernetes.io/name=di-orchestrator");
+                pods.delete_collection(&params, &selector).await.expect("deleting the orchestrator's pods");
+            }
+        }
+    }
+
+    /// Starts it again after [`Orchestrator::kill`] (on kind its Deployment does).
+    pub fn restart(&mut self) {
+        if let Orchestrator::Local(local) = self {
+            local.restart();
+        }
+    }
+
+    /// What it logged, for failure messages.
+    pub fn log(&self) -> String {
+        match self {
+            Orchestrator::Local(local) => local.log(),
+            Orchestrator::Deployed(_) => {
+                "see kubectl logs -n di-system -l app.kubernetes.io/name=di-orchestrator".into()
+            }
+        }
+    }
+}
+
+impl LocalOrchestrator {
+    /// A local process for `namespace`, one of several replicas (`instance` tells them apart),
+    /// with extra arguments to `serve`.
+    pub async fn start_with(
+        cluster: &TestCluster,
+        namespace: &str,
+        instance: &str,
+        args: &[String],
+    ) -> LocalOrchestrator {
         cluster.apply_file("manifests/install/namespace.yaml").await;
         cluster.apply_file("manifests/install/rbac.yaml").await;
         let kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace).await;
@@ -53,7 +100,14 @@ impl Orchestrator {
         let mut args = args.to_vec();
         args.push(format!("--namespace={namespace}"));
         let child = spawn(&kubeconfig, &args, &log, instance);
-        Orchestrator { child, kubeconfig, namespace: namespace.to_owned(), log, args, instance: instance.to_owned() }
+        LocalOrchestrator {
+            child,
+            kubeconfig,
+            namespace: namespace.to_owned(),
+            log,
+            args,
+            instance: instance.to_owned(),
+        }
     }
 
     /// Kills the process at once, as a crash would.

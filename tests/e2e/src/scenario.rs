@@ -1,7 +1,6 @@
 //! One test's world: a namespace of its own, simulated nodes, and an orchestrator for it, with
 //! the waits every scenario needs (on conditions, never on fixed sleeps).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::labels;
@@ -13,7 +12,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cluster::{TestCluster, connect, within};
-use crate::nodes::SimulatedNodes;
+use crate::nodes::Nodes;
 use crate::orchestrator::Orchestrator;
 
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -24,7 +23,7 @@ pub struct Scenario {
     pub jobs: Api<DIJob>,
     pub pods: Api<Pod>,
     pub services: Api<Service>,
-    pub nodes: Arc<SimulatedNodes>,
+    pub nodes: Nodes,
     pub orchestrator: Orchestrator,
 }
 
@@ -34,7 +33,7 @@ impl Scenario {
         let cluster = Box::pin(connect()).await;
         Box::pin(cluster.install_crds()).await;
         let ns = Box::pin(cluster.namespace(hint)).await;
-        let nodes = SimulatedNodes::start(cluster.client.clone(), &ns);
+        let nodes = Nodes::start(cluster.client.clone(), &ns);
         let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns)).await;
         Scenario {
             jobs: Api::namespaced(cluster.client.clone(), &ns),
@@ -48,15 +47,15 @@ impl Scenario {
     }
 
     pub async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
-        let container = |image: &str| json!({"containers": [{"name": "di-container", "image": image}]});
+        let pod = json!({"containers": [self.nodes.container()]});
         let mut job = json!({
             "apiVersion": "diengine.opendilab.org/v1alpha1",
             "kind": "DIJob",
             "metadata": {"name": name},
             "spec": {
-                "coordinator": {"template": {"spec": container("ding")}},
-                "collector": {"replicas": collectors, "template": {"spec": container("ding")}},
-                "learner": {"replicas": learners, "template": {"spec": container("ding")}},
+                "coordinator": {"template": {"spec": pod}},
+                "collector": {"replicas": collectors, "template": {"spec": pod}},
+                "learner": {"replicas": learners, "template": {"spec": pod}},
             }
         });
         merge(&mut job["spec"], extra);
