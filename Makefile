@@ -30,12 +30,12 @@ unit: check-manifests
 ## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
 ##            started on loopback (built from hack/controlplane on first use, cached in .cache/)
 e2e-local:
-	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins --tests
+	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
 	./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
 
 ## e2e: the same suite on a kind cluster with the orchestrator deployed in it (needs docker and kind)
 e2e: kind
-	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins --tests
+	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
 	DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests -- --ignored
 
 ## image: build the orchestrator's image (opendilab/di-orchestrator:dev)

@@ -1,0 +1,200 @@
+//! The command line, as clap parses it. kubectl's habits: `--kubeconfig`, `--context`,
+//! `-n/--namespace` (default from the context), `-A`, `-o`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-di",
+    bin_name = "kubectl di",
+    version,
+    about = "Create, inspect, scale and delete DI-engine jobs (DIJobs)"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// Namespace (default: the context's).
+    #[arg(short = 'n', long, global = true)]
+    pub namespace: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create DIJobs from a file (or stdin), or one from flags.
+    Create(CreateArgs),
+    /// List DIJobs, or show one.
+    Get(GetArgs),
+    /// Show a DIJob in detail: spec, status, conditions, replicas, events.
+    Describe { name: String },
+    /// Delete a DIJob and everything it owns.
+    Delete {
+        name: String,
+        /// Wait until it is gone.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print a replica's logs (the coordinator's by default).
+    Logs(LogsArgs),
+    /// Scale, list and restart a job's replicas.
+    Replicas {
+        #[command(subcommand)]
+        command: ReplicasCommand,
+    },
+    /// Pause a job: its pods are deleted, the job is kept.
+    Suspend { name: String },
+    /// Resume a suspended job: its pods are created again.
+    Resume { name: String },
+    /// Install the CRDs and the orchestrator into the cluster.
+    Install(InstallArgs),
+    /// Remove the orchestrator (and, unless --keep-crds, the CRDs and every DIJob).
+    Uninstall {
+        /// Keep the CRDs, and so the DIJobs.
+        #[arg(long)]
+        keep_crds: bool,
+    },
+    /// Print the plugin's version, and the orchestrator's when installed.
+    Version,
+    /// Print a shell completion script.
+    Completion { shell: clap_complete::Shell },
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// Name of a job to create from flags (instead of -f).
+    #[arg(conflicts_with = "filename", required_unless_present = "filename")]
+    pub name: Option<String>,
+    /// File with DIJob (and AggregatorConfig) documents; `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub filename: Option<String>,
+    /// Image of every role (with NAME).
+    #[arg(long, conflicts_with = "filename")]
+    pub image: Option<String>,
+    /// Shell command every role runs (with NAME).
+    #[arg(long, conflicts_with = "filename")]
+    pub command: Option<String>,
+    /// Collectors to start with (with NAME).
+    #[arg(long, default_value_t = 0, conflicts_with = "filename")]
+    pub collectors: i32,
+    /// Learners to start with (with NAME).
+    #[arg(long, default_value_t = 0, conflicts_with = "filename")]
+    pub learners: i32,
+    /// GPUs per learner (with NAME).
+    #[arg(long, conflicts_with = "filename")]
+    pub gpus: Option<i32>,
+    /// `client`: only check; `server`: check with the API server, store nothing.
+    #[arg(long, value_enum, default_value_t = DryRun::None, num_args = 0..=1, default_missing_value = "client")]
+    pub dry_run: DryRun,
+    /// Wait until the job runs with every replica ready, showing progress.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DryRun {
+    None,
+    Client,
+    Server,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Wide,
+    Yaml,
+    Json,
+    Name,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    pub name: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+    /// Every namespace.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    pub name: String,
+    /// coordinator, collector, learner, aggregator or ddp-learner.
+    #[arg(long, default_value = "coordinator")]
+    pub role: String,
+    /// Index of the replica (not for the coordinator).
+    #[arg(long)]
+    pub replica: Option<u32>,
+    /// Follow the log.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Container (default: the replica's main one).
+    #[arg(short = 'c', long, default_value = "di-container")]
+    pub container: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReplicasCommand {
+    /// Add collectors and learners.
+    Add(ScaleArgs),
+    /// Remove collectors and learners (highest index first).
+    Delete(ScaleArgs),
+    /// List the job's replicas with their phase and URL.
+    List { name: String },
+    /// Replace the named pods with fresh ones.
+    Restart {
+        name: String,
+        #[arg(required = true)]
+        pods: Vec<String>,
+        /// Return once the change is recorded.
+        #[arg(long)]
+        no_wait: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ScaleArgs {
+    pub name: String,
+    #[arg(long, default_value_t = 0)]
+    pub collectors: i64,
+    #[arg(long, default_value_t = 0)]
+    pub learners: i64,
+    /// GPUs per learner (only while the job has no learners, if it changes).
+    #[arg(long)]
+    pub gpus: Option<String>,
+    /// Return once the change is recorded, without waiting for the pods.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait for the pods, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// Image of the orchestrator (and of its replica sidecars).
+    #[arg(long, default_value = "opendilab/di-orchestrator:latest")]
+    pub image: String,
+    /// Return without waiting for the webhook to answer.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// How long to wait, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+}

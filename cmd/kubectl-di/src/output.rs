@@ -1,0 +1,278 @@
+//! What the plugin prints, as pure functions: kubectl-style tables and descriptions.
+
+use di_api::contract::labels;
+use di_api::{DIJob, Phase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+/// Columns padded like `kubectl get`: three spaces between them, the last one unpadded.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len() - 1;
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == last {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}   ", w = widths[i]));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut text = line(header.to_vec());
+    for row in rows {
+        text += &line(row.iter().map(String::as_str).collect());
+    }
+    text
+}
+
+/// `1d`, `3h`, `5m`, `42s`, as kubectl shows ages.
+pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
+    let Some(created) = created else { return "<unknown>".into() };
+    let secs = now.duration_since(created).as_secs().max(0);
+    match secs {
+        s if s >= 86_400 => format!("{}d", s / 86_400),
+        s if s >= 3_600 => format!("{}h", s / 3_600),
+        s if s >= 60 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn phase(job: &DIJob) -> String {
+    job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"))
+}
+
+/// `kubectl di get`: NAME PHASE COLLECTORS LEARNERS AGE (and more with `wide`, NAMESPACE with `-A`).
+pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timestamp) -> String {
+    let mut header = vec!["NAME", "PHASE", "COLLECTORS", "LEARNERS", "AGE"];
+    if wide {
+        header.extend(["GPUS/LEARNER", "SUSPENDED", "CLEANUP"]);
+    }
+    if all_namespaces {
+        header.insert(0, "NAMESPACE");
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|job| {
+            let status = job.status.clone().unwrap_or_default();
+            let mut row = vec![
+                job.name_any(),
+                phase(job),
+                status.collectors.unwrap_or_else(|| format!("0/{}", job.spec.collector_replicas())),
+                status.learners.unwrap_or_else(|| format!("0/{}", job.spec.learner_replicas())),
+                age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
+            ];
+            if wide {
+                let gpus = job.spec.learner.as_ref().and_then(|l| l.gpus).map_or("-".into(), |g| g.to_string());
+                row.extend([
+                    gpus,
+                    job.spec.is_suspended().to_string(),
+                    di_api::defaults::clean_pod_policy(job).as_str().to_owned(),
+                ]);
+            }
+            if all_namespaces {
+                row.insert(0, job.namespace().unwrap_or_default());
+            }
+            row
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// One line of progress while waiting: phase and ready/desired replicas.
+pub fn progress(job: &DIJob) -> String {
+    let status = job.status.clone().unwrap_or_default();
+    format!(
+        "{}: phase {}, collectors {}, learners {}",
+        job.name_any(),
+        phase(job),
+        status.collectors.unwrap_or_else(|| format!("0/{}", job.spec.collector_replicas())),
+        status.learners.unwrap_or_else(|| format!("0/{}", job.spec.learner_replicas())),
+    )
+}
+
+/// Whether a job is Running with every desired replica ready.
+pub fn converged(job: &DIJob) -> bool {
+    let Some(status) = &job.status else { return false };
+    let ready = |s: &Option<String>, desired: i32| s.as_deref().is_none_or(|s| s == format!("{desired}/{desired}"));
+    status.phase == Some(Phase::Running)
+        && ready(&status.collectors, job.spec.collector_replicas())
+        && ready(&status.learners, job.spec.learner_replicas())
+}
+
+/// A pod's row in `describe` and `replicas list`: name, role, phase, URL.
+pub fn replica_rows(pods: &[Pod]) -> Vec<Vec<String>> {
+    let mut pods: Vec<&Pod> = pods.iter().collect();
+    pods.sort_by_key(|p| p.name_any());
+    pods.iter()
+        .map(|p| {
+            let role = p.labels().get(labels::REPLICA_TYPE).cloned().unwrap_or_default();
+            let phase = if p.metadata.deletion_timestamp.is_some() {
+                "Terminating".into()
+            } else {
+                p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into())
+            };
+            vec![p.name_any(), role, phase, di_replicas::scale::url_of(p)]
+        })
+        .collect()
+}
+
+/// `kubectl di describe`: the spec in short, the status, conditions, replicas and events.
+pub fn describe(job: &DIJob, pods: &[Pod], events: &[(String, String, String)], now: Timestamp) -> String {
+    let spec = &job.spec;
+    let mut out = String::new();
+    let mut field = |k: &str, v: String| out.push_str(&format!("{:<20}{v}\n", format!("{k}:")));
+    field("Name", job.name_any());
+    field("Namespace", job.namespace().unwrap_or_default());
+    field("Phase", phase(job));
+    field("Age", age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now));
+    field("Clean pod policy", di_api::defaults::clean_pod_policy(job).as_str().into());
+    field("Suspended", spec.is_suspended().to_string());
+    if let Some(limit) = spec.restart_limit {
+        field("Restart limit", limit.to_string());
+    }
+    if let Some(ttl) = spec.ttl_seconds_after_finished {
+        field("TTL after finished", format!("{ttl}s"));
+    }
+    let status = job.status.clone().unwrap_or_default();
+    field("Collectors", status.collectors.clone().unwrap_or_else(|| format!("0/{}", spec.collector_replicas())));
+    field("Learners", status.learners.clone().unwrap_or_else(|| format!("0/{}", spec.learner_replicas())));
+    if let Some(gpus) = spec.learner.as_ref().and_then(|l| l.gpus) {
+        field("GPUs per learner", gpus.to_string());
+    }
+    out.push_str("\nConditions:\n");
+    let rows: Vec<Vec<String>> = status
+        .conditions
+        .iter()
+        .map(|c| {
+            vec![
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&indent(&table(&["TYPE", "STATUS", "REASON", "MESSAGE"], &rows)));
+    out.push_str("\nReplicas:\n");
+    out.push_str(&indent(&table(&["POD", "ROLE", "PHASE", "URL"], &replica_rows(pods))));
+    out.push_str("\nEvents:\n");
+    if events.is_empty() {
+        out.push_str("  <none>\n");
+    } else {
+        let rows: Vec<Vec<String>> = events.iter().map(|(t, r, m)| vec![t.clone(), r.clone(), m.clone()]).collect();
+        out.push_str(&indent(&table(&["TYPE", "REASON", "MESSAGE"], &rows)));
+    }
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(name: &str, ns: &str, status: serde_json::Value) -> DIJob {
+        serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-11-22T09:00:00Z"},
+            "spec": {"cleanPodPolicy": "All", "collector": {"replicas": 4, "template": {}}, "learner": {"replicas": 1, "gpus": 2, "template": {}}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-22T10:30:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn get_tables() {
+        let jobs = vec![
+            job("cartpole", "rl", json!({"phase": "Running", "collectors": "3/4", "learners": "1/1"})),
+            job("a-much-longer-name", "other", json!({})),
+        ];
+        assert_eq!(
+            jobs_table(&jobs, false, false, now()),
+            "NAME                 PHASE     COLLECTORS   LEARNERS   AGE\n\
+             cartpole             Running   3/4          1/1        1h\n\
+             a-much-longer-name   Pending   0/4          0/1        1h\n"
+        );
+        assert_eq!(
+            jobs_table(&jobs[..1], true, true, now()),
+            "NAMESPACE   NAME       PHASE     COLLECTORS   LEARNERS   AGE   GPUS/LEARNER   SUSPENDED   CLEANUP\n\
+             rl          cartpole   Running   3/4          1/1        1h    2              false       All\n"
+        );
+    }
+
+    #[test]
+    fn ages() {
+        let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
+        assert_eq!(age(at("2026-11-22T10:29:18Z"), now()), "42s");
+        assert_eq!(age(at("2026-11-22T10:25:00Z"), now()), "5m");
+        assert_eq!(age(at("2026-11-20T10:00:00Z"), now()), "2d");
+        assert_eq!(age(None, now()), "<unknown>");
+    }
+
+    #[test]
+    fn progress_and_convergence() {
+        let running = job("j", "ns", json!({"phase": "Running", "collectors": "4/4", "learners": "1/1"}));
+        assert_eq!(progress(&running), "j: phase Running, collectors 4/4, learners 1/1");
+        assert!(converged(&running));
+        assert!(!converged(&job("j", "ns", json!({"phase": "Running", "collectors": "3/4", "learners": "1/1"}))));
+        assert!(!converged(&job("j", "ns", json!({"phase": "Created", "collectors": "4/4", "learners": "1/1"}))));
+        assert!(!converged(&job("j", "ns", json!({}))));
+    }
+
+    #[test]
+    fn describe_text() {
+        let job = job(
+            "cartpole",
+            "rl",
+            json!({"phase": "Running", "collectors": "1/4", "learners": "0/1",
+            "conditions": [{"type": "Running", "status": "True", "reason": "CoordinatorRunning", "message": "the coordinator is running"}]}),
+        );
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "cartpole-collector-0", "namespace": "rl", "labels": {"replica-type": "collector"}},
+            "spec": {"containers": [{"name": "di-container", "ports": [{"name": "di-port", "containerPort": 22270}]}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let events =
+            vec![("Normal".to_string(), "Created".to_string(), "created 1 pod(s): cartpole-collector-0".to_string())];
+        assert_eq!(
+            describe(&job, &[pod], &events, now()),
+            "Name:               cartpole\n\
+             Namespace:          rl\n\
+             Phase:              Running\n\
+             Age:                1h\n\
+             Clean pod policy:   All\n\
+             Suspended:          false\n\
+             Collectors:         1/4\n\
+             Learners:           0/1\n\
+             GPUs per learner:   2\n\
+             \n\
+             Conditions:\n\
+             \x20 TYPE      STATUS   REASON               MESSAGE\n\
+             \x20 Running   True     CoordinatorRunning   the coordinator is running\n\
+             \n\
+             Replicas:\n\
+             \x20 POD                    ROLE        PHASE     URL\n\
+             \x20 cartpole-collector-0   collector   Running   cartpole-collector-0.rl:22270\n\
+             \n\
+             Events:\n\
+             \x20 TYPE     REASON    MESSAGE\n\
+             \x20 Normal   Created   created 1 pod(s): cartpole-collector-0\n"
+        );
+    }
+}
