@@ -18,7 +18,8 @@ demo:
 
 ## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md)
 bench:
-	$(CARGO) run --release --quiet -p di-bench
+	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
+	DI_BIN_PROFILE=release ./target/release/di-bench
 
 ## test: every tier this machine can run: unit and component tests, then the e2e suite on a local control plane
 test: unit e2e-local

@@ -4,7 +4,11 @@
 //! Webhook: the same admission handler served twice on loopback, once over plain HTTP (the
 //! baseline) and once over TLS as the API server calls it; a closed-loop load generator with a
 //! fixed number of connections sends a fixed number of reviews to each.
+//!
+//! Cluster: the orchestrator on the local control plane, against a plain client creating the
+//! same objects (see `cluster`).
 
+mod cluster;
 mod webhook;
 
 use std::path::PathBuf;
@@ -12,15 +16,46 @@ use std::path::PathBuf;
 fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let webhook = runtime.block_on(webhook::run())?;
+    let cluster = runtime.block_on(cluster::run())?;
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
     std::fs::create_dir_all(&out)?;
-    let report = serde_json::json!({"machine": machine(), "webhook": webhook.json()});
+    let cluster_json = cluster.as_ref().map(|c| {
+        serde_json::json!({
+            "rows": c.rows.iter().map(|r| serde_json::json!({"figure": r.figure, "value": r.value, "baseline": r.baseline, "ratio": r.ratio, "goal": r.goal, "met": r.met})).collect::<Vec<_>>(),
+            "slope_ms_per_replica": c.slope_ms_per_replica,
+            "curve": c.curve.iter().map(|(n, t, rss)| serde_json::json!({"replicas": n, "seconds": t, "rss_mib": rss})).collect::<Vec<_>>(),
+        })
+    });
+    let report = serde_json::json!({"machine": machine(), "webhook": webhook.json(), "cluster": cluster_json});
     std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&report)?)?;
-    let markdown = format!("# di-orchestrator benchmarks\n\nMachine: {}\n\n{}", machine(), webhook.markdown());
+    let cluster_md = cluster
+        .as_ref()
+        .map_or_else(|| "## Cluster\n\nSKIPPED: no local control plane.\n".to_string(), cluster_markdown);
+    let markdown =
+        format!("# di-orchestrator benchmarks\n\nMachine: {}\n\n{}\n{cluster_md}", machine(), webhook.markdown());
     std::fs::write(out.join("report.md"), &markdown)?;
     println!("{markdown}");
     println!("written to {}", out.display());
     Ok(())
+}
+
+fn cluster_markdown(c: &cluster::ClusterReport) -> String {
+    let mut text = "## Cluster (local control plane, simulated nodes)\n\n| figure | value | baseline | ratio | goal | met |\n|---|---|---|---|---|---|\n".to_string();
+    for r in &c.rows {
+        let ratio = r.ratio.map_or("-".into(), |x| format!("{x:.2}"));
+        let met = match r.met {
+            Some(true) => "yes",
+            Some(false) => "MISSED",
+            None => "-",
+        };
+        text += &format!("| {} | {} | {} | {ratio} | {} | {met} |\n", r.figure, r.value, r.baseline, r.goal);
+    }
+    text += "\nScaling curve, one job of N collectors:\n\n| N | time to running | orchestrator RSS |\n|---|---|---|\n";
+    for (n, t, rss) in &c.curve {
+        text += &format!("| {n} | {t:.2} s | {rss:.1} MiB |\n");
+    }
+    text += &format!("\nFitted slope: {:.2} ms per replica.\n", c.slope_ms_per_replica);
+    text
 }
 
 /// What the figures were taken on.

@@ -141,8 +141,8 @@ struct Probes {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await.context("connecting to the API server")?;
     let metrics = Arc::new(Metrics::new());
+    let client = counted_client(metrics.clone()).await?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
     let app = Router::new()
@@ -268,6 +268,16 @@ async fn start_webhooks(
     info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
     tokio::spawn(tls::serve(listener, server::router(), resolver, shutdown));
     Ok(())
+}
+
+/// A client whose every request is counted in the metrics, so the API cost of a job can be read.
+async fn counted_client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
+    let count = tower::ServiceBuilder::new().map_request(move |request: axum::http::Request<kube::client::Body>| {
+        metrics.api_request(request.method().as_str());
+        request
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&count).build())
 }
 
 async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {

@@ -16,6 +16,11 @@ pub struct PhaseLabel {
     pub phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabel {
+    pub verb: String,
+}
+
 pub struct Metrics {
     pub reconciles: Counter,
     pub reconcile_errors: Counter,
@@ -26,6 +31,8 @@ pub struct Metrics {
     pub phase_transitions: Family<PhaseLabel, Counter>,
     /// DIJobs by phase, set from the reconciler's cache when scraped.
     pub jobs: Family<PhaseLabel, Gauge>,
+    /// Requests sent to the API server, by HTTP method (watches count once, when opened).
+    pub api_requests: Family<VerbLabel, Counter>,
     registry: Mutex<Registry>,
 }
 
@@ -46,6 +53,7 @@ impl Metrics {
             status_writes: Counter::default(),
             phase_transitions: Family::default(),
             jobs: Family::default(),
+            api_requests: Family::default(),
             registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
         };
         {
@@ -62,6 +70,7 @@ impl Metrics {
             r.register("status_writes", "DIJob status writes", metrics.status_writes.clone());
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
+            r.register("api_requests", "Requests sent to the API server, by HTTP method", metrics.api_requests.clone());
         }
         metrics
     }
@@ -70,6 +79,10 @@ impl Metrics {
     pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
         self.reconciles.inc();
         ReconcileTimer { metrics: self, start: Instant::now() }
+    }
+
+    pub fn api_request(&self, method: &str) {
+        self.api_requests.get_or_create(&VerbLabel { verb: method.to_owned() }).inc();
     }
 
     pub fn phase_transition(&self, phase: Phase) {

@@ -8,7 +8,7 @@ use di_api::contract::{annotations, labels};
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -212,21 +212,36 @@ async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error>
         }
     };
 
-    let previous = job.status.as_ref().and_then(|s| s.phase);
-    if job.status.as_ref() != Some(&plan.status) {
-        write_status(&ctx, &job, &plan.status).await?;
-        if plan.status.phase != previous
-            && let Some(phase) = plan.status.phase
-        {
-            ctx.metrics.phase_transition(phase);
-            let kind = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
-            let note = plan.status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
-            publish(&ctx, &job, kind, &format!("Job{phase:?}"), "Reconcile", note).await;
-        }
+    // A finished phase is recorded before the cleanup it triggers, so a crash in between cannot
+    // bring a deleted coordinator back; otherwise the pods come first, for a faster start.
+    let finishing = plan.status.phase.is_some_and(Phase::is_finished);
+    if finishing {
+        record_status(&ctx, &job, &plan.status).await?;
+        execute(&ctx, &job, &plan.actions).await?;
+    } else {
+        execute(&ctx, &job, &plan.actions).await?;
+        record_status(&ctx, &job, &plan.status).await?;
     }
-    execute(&ctx, &job, &plan.actions).await?;
     // A periodic look catches what no watch event reports (time passing, a lost event).
     Ok(Requeue::requeue(plan.requeue_after.unwrap_or(Duration::from_secs(300))))
+}
+
+/// Writes the status if it changed, with an event when the phase did.
+async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) -> Result<(), Error> {
+    if job.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    write_status(ctx, job, status).await?;
+    let previous = job.status.as_ref().and_then(|s| s.phase);
+    if status.phase != previous
+        && let Some(phase) = status.phase
+    {
+        ctx.metrics.phase_transition(phase);
+        let kind = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+        let note = status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
+        publish(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
+    }
+    Ok(())
 }
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
@@ -245,28 +260,50 @@ async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<Aggrega
     }
 }
 
-async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), Error> {
+/// Pods and services created at once by one pass, like a workload controller's burst.
+const CREATE_BURST: usize = 16;
+
+async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<(), Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
+    // The sidecar's identity first (the coordinator's pod names its ServiceAccount), then every
+    // pod and service at once, then the rest in order.
+    for action in actions {
+        if let Action::CreateRbac(rbac) = action {
+            create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account).await?;
+            create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
+            create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
+        }
+    }
+    let mut creations: Vec<futures::future::BoxFuture<'_, Result<Option<String>, Error>>> = vec![];
     for action in actions {
         match action {
-            Action::CreateRbac(rbac) => {
-                create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account)
-                    .await?;
-                create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
-                create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
-            }
             Action::CreateService(service) => {
-                create(&services, service).await?;
+                let services = &services;
+                creations.push(async move { create(services, service.as_ref()).await.map(|_| None) }.boxed());
             }
             Action::CreatePod(pod) => {
-                if create(&pods, pod).await? {
-                    ctx.metrics.pods_created.inc();
-                    created.push(pod.name_any());
-                }
+                let pods = &pods;
+                creations.push(
+                    async move { create(pods, pod.as_ref()).await.map(|new| new.then(|| pod.name_any())) }.boxed(),
+                );
             }
+            _ => {}
+        }
+    }
+    let results: Vec<Result<Option<String>, Error>> =
+        futures::stream::iter(creations).buffer_unordered(CREATE_BURST).collect().await;
+    for result in results {
+        if let Some(name) = result? {
+            ctx.metrics.pods_created.inc();
+            created.push(name);
+        }
+    }
+    for action in actions {
+        match action {
+            Action::CreateRbac(_) | Action::CreateService(_) | Action::CreatePod(_) => {}
             Action::MarkRestart { service, restarts, failed_uid, restart_after } => {
                 let patch = json!({"metadata": {"annotations": {
                     annotations::RESTARTS: restarts.to_string(),
@@ -310,7 +347,7 @@ async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), E
     }
     // One event per pass, not one per pod: a 500-replica job must not cost 500 events.
     if !created.is_empty() {
-        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", &created))).await;
+        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", &created)));
     }
     if !replaced.is_empty() {
         publish(
@@ -320,8 +357,7 @@ async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), E
             "Replaced",
             "ReplaceFailedPods",
             Some(summary("replacing failed", &replaced)),
-        )
-        .await;
+        );
     }
     for (why, reason) in [
         (Why::ScaledDown, "ScaledDown"),
@@ -332,7 +368,7 @@ async fn execute(ctx: &Context, job: &DIJob, actions: &[Action]) -> Result<(), E
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {
-            publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names))).await;
+            publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
         }
     }
     Ok(())
@@ -390,7 +426,7 @@ async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Resul
 }
 
 /// Marks a job that cannot be run as Failed, once, with the reason.
-async fn mark_failed(ctx: &Context, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+async fn mark_failed(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
     let facts = Facts { phase: Some(Phase::Failed), phase_reason: (reason.into(), message.into()), ..Facts::default() };
     let status = status::compute(job, &[], &facts, Timestamp::now());
     let unchanged = job.status.as_ref().is_some_and(|s| {
@@ -399,16 +435,20 @@ async fn mark_failed(ctx: &Context, job: &DIJob, reason: &str, message: &str) ->
     });
     if !unchanged {
         write_status(ctx, job, &status).await?;
-        publish(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned())).await;
+        publish(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
     }
     Ok(())
 }
 
-async fn publish(ctx: &Context, job: &DIJob, type_: EventType, reason: &str, action: &str, note: Option<String>) {
+/// Publishes an event without holding up the pass: events inform, they do not gate.
+fn publish(ctx: &Arc<Context>, job: &DIJob, type_: EventType, reason: &str, action: &str, note: Option<String>) {
     let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
-    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
-        warn!(job = %job.name_any(), "publishing event {reason}: {e}");
-    }
+    let (ctx, reference, name, reason) = (ctx.clone(), job.object_ref(&()), job.name_any(), reason.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!(job = %name, "publishing event {reason}: {e}");
+        }
+    });
 }
 
 /// Passes against a mocked API server (as kube-rs's controller-rs tests do): an echoing fake that

@@ -31,10 +31,12 @@ pub struct LocalOrchestrator {
     instance: String,
 }
 
-/// The orchestrator binary the suite drives (built by `make e2e-local`).
+/// A binary of the workspace the suite drives (built by `make e2e-local`; `make bench` sets
+/// `DI_BIN_PROFILE=release` to measure optimised ones).
 pub fn binary(name: &str) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
-    let path = target.join("debug").join(name);
+    let profile = std::env::var("DI_BIN_PROFILE").unwrap_or_else(|_| "debug".into());
+    let path = target.join(profile).join(name);
     assert!(
         path.is_file(),
         "{} is missing: build it with `cargo build -p {name}` (make e2e-local does)",
@@ -128,12 +130,21 @@ impl LocalOrchestrator {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The process, for measuring it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
 }
 
 fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Child {
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("orchestrator log");
     Command::new(binary("di-orchestrator"))
-        .args(["serve", "--probe-addr=127.0.0.1:0", "--restart-backoff-seconds=0.5"])
+        .arg("serve")
+        .args(["--probe-addr=127.0.0.1:0", "--restart-backoff-seconds=0.5"].into_iter().filter(|d| {
+            let flag = d.split('=').next().unwrap_or_default();
+            !args.iter().any(|a| a.starts_with(flag))
+        }))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("KUBERNETES_POD_NAME", format!("orchestrator{identity}"))
