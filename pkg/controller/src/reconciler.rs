@@ -8,7 +8,7 @@ use di_api::contract::{annotations, labels};
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodStatus, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -260,50 +260,28 @@ async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<Aggrega
     }
 }
 
-/// Pods and services created at once by one pass, like a workload controller's burst.
-const CREATE_BURST: usize = 16;
-
 async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<(), Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
-    // The sidecar's identity first (the coordinator's pod names its ServiceAccount), then every
-    // pod and service at once, then the rest in order.
-    for action in actions {
-        if let Action::CreateRbac(rbac) = action {
-            create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account).await?;
-            create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
-            create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
-        }
-    }
-    let mut creations: Vec<futures::future::BoxFuture<'_, Result<Option<String>, Error>>> = vec![];
     for action in actions {
         match action {
+            Action::CreateRbac(rbac) => {
+                create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account)
+                    .await?;
+                create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
+                create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
+            }
             Action::CreateService(service) => {
-                let services = &services;
-                creations.push(async move { create(services, service.as_ref()).await.map(|_| None) }.boxed());
+                create(&services, service).await?;
             }
             Action::CreatePod(pod) => {
-                let pods = &pods;
-                creations.push(
-                    async move { create(pods, pod.as_ref()).await.map(|new| new.then(|| pod.name_any())) }.boxed(),
-                );
+                if create(&pods, pod).await? {
+                    ctx.metrics.pods_created.inc();
+                    created.push(pod.name_any());
+                }
             }
-            _ => {}
-        }
-    }
-    let results: Vec<Result<Option<String>, Error>> =
-        futures::stream::iter(creations).buffer_unordered(CREATE_BURST).collect().await;
-    for result in results {
-        if let Some(name) = result? {
-            ctx.metrics.pods_created.inc();
-            created.push(name);
-        }
-    }
-    for action in actions {
-        match action {
-            Action::CreateRbac(_) | Action::CreateService(_) | Action::CreatePod(_) => {}
             Action::MarkRestart { service, restarts, failed_uid, restart_after } => {
                 let patch = json!({"metadata": {"annotations": {
                     annotations::RESTARTS: restarts.to_string(),
