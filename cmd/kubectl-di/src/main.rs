@@ -16,6 +16,7 @@ use cli::{
 use di_api::contract::{Role, annotations, labels, names};
 use di_api::{AggregatorConfig, DIJob, Phase};
 use di_replicas::scale;
+use di_replicas::update::update_job;
 use di_replicas::wire::{ReplicaRequest, Replicas, ResourceRequest};
 use futures::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -385,16 +386,12 @@ async fn scale_job(ctx: &Ctx, args: &ScaleArgs, up: bool) -> anyhow::Result<()> 
         collectors: ResourceRequest { replicas: args.collectors, ..Default::default() },
         learners: ResourceRequest { replicas: args.learners, gpus: args.gpus.clone(), ..Default::default() },
     };
-    let (before, change) = loop {
-        let job = api.get(&args.name).await.map_err(|e| explain(e, &format!("getting DIJob {}", args.name)))?;
-        let change = if up { scale::scale_up(&job, &request) } else { scale::scale_down(&job, &request) }
-            .map_err(|e| anyhow!("{e}"))?;
-        match api.patch(&args.name, &PatchParams::default(), &Patch::Merge(&change.patch(&job))).await {
-            Ok(_) => break (job, change),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(explain(e, &format!("scaling DIJob {}", args.name))),
-        }
-    };
+    let (before, change) = update_job(&api, &args.name, |job: &DIJob| {
+        let change = if up { scale::scale_up(job, &request)? } else { scale::scale_down(job, &request)? };
+        Ok((change.patch(job), change))
+    })
+    .await
+    .map_err(|e| anyhow!("scaling DIJob {}: {e}", args.name))?;
     let affected: Vec<String> = [
         scale::affected(&args.name, Role::Collector, before.spec.collector_replicas(), change.collectors),
         scale::affected(&args.name, Role::Learner, before.spec.learner_replicas(), change.learners),
@@ -426,24 +423,14 @@ async fn restart(ctx: &Ctx, name: &str, pods: &[String], no_wait: bool) -> anyho
         .partition(|p| live.iter().any(|l| &l.name_any() == p && scale::role_of(l) == Some(Role::Collector)));
     let report =
         Replicas { namespace: ctx.namespace.clone(), coordinator: names::coordinator(name), collectors, learners };
-    let old: Vec<(String, Option<String>)>;
-    loop {
-        let job = api.get(name).await.map_err(|e| explain(e, &format!("getting DIJob {name}")))?;
-        let live = job_pods(ctx, name).await?;
-        let (value, named) = scale::report_failed(&job, &live, &report).map_err(|e| anyhow!("{e}"))?;
-        let patch = json!({"metadata": {"resourceVersion": job.resource_version(), "annotations": {annotations::REPLACE: value}}});
-        match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                old = named
-                    .iter()
-                    .map(|n| (n.clone(), live.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid())))
-                    .collect();
-                break;
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(explain(e, &format!("marking pods of DIJob {name} for restart"))),
-        }
-    }
+    let (_, old) = update_job(&api, name, |job: &DIJob| {
+        let (value, named) = scale::report_failed(job, &live, &report)?;
+        let old: Vec<(String, Option<String>)> =
+            named.iter().map(|n| (n.clone(), live.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid()))).collect();
+        Ok((json!({"metadata": {"annotations": {annotations::REPLACE: value}}}), old))
+    })
+    .await
+    .map_err(|e| anyhow!("marking pods of DIJob {name} for restart: {e}"))?;
     if !no_wait {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {

@@ -4,4 +4,5 @@
 
 pub mod scale;
 pub mod server;
+pub mod update;
 pub mod wire;

@@ -80,8 +80,8 @@ pub struct Change {
 }
 
 impl Change {
-    /// A merge patch of the DIJob, conditional on the resourceVersion that was read: a concurrent
-    /// writer makes it fail, and the request is decided again on the new state.
+    /// A merge patch of the DIJob's desired counts (see `update::update_job` for how it is
+    /// written).
     pub fn patch(&self, job: &DIJob) -> serde_json::Value {
         let mut spec = json!({});
         if job.spec.collector.is_some() {
@@ -93,7 +93,7 @@ impl Change {
                 spec["learner"]["gpus"] = json!(gpus);
             }
         }
-        json!({"metadata": {"resourceVersion": job.resource_version()}, "spec": spec})
+        json!({"spec": spec})
     }
 }
 

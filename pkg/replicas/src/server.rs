@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use di_api::DIJob;
 use di_api::contract::{Role, annotations, labels};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -23,6 +23,7 @@ use tokio::sync::Mutex;
 use tracing::info;
 
 use crate::scale::{self, ApiError, Scope};
+use crate::update::{internal, update_job};
 use crate::wire::{Envelope, ReplicaRequest, Replicas};
 
 /// Largest request body; DI-engine's are a few hundred bytes.
@@ -48,21 +49,11 @@ impl Endpoint {
         Api::namespaced(self.client.clone(), &self.scope.namespace)
     }
 
-    async fn job(&self) -> Result<DIJob, ApiError> {
-        self.jobs().get_opt(&self.scope.job).await.map_err(internal)?.ok_or_else(|| {
-            ApiError::NotFound(format!("job {}/{} does not exist", self.scope.namespace, self.scope.job))
-        })
-    }
-
     async fn pods(&self) -> Result<Vec<Pod>, ApiError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.scope.namespace);
         let params = ListParams::default().labels(&format!("{}={}", labels::JOB_NAME, self.scope.job));
         Ok(pods.list(&params).await.map_err(internal)?.items)
     }
-}
-
-fn internal(e: kube::Error) -> ApiError {
-    ApiError::Internal(format!("kubernetes API: {e}"))
 }
 
 pub fn router(endpoint: Arc<Endpoint>) -> Router {
@@ -197,21 +188,11 @@ async fn scale_outcome(
     let request: ReplicaRequest = body(bytes)?;
     endpoint.scope.check(&request.namespace, &request.coordinator)?;
     let _one_at_a_time = endpoint.writing.lock().await;
-    let (before, change) = loop {
-        let job = endpoint.job().await?;
-        let change = if up { scale::scale_up(&job, &request)? } else { scale::scale_down(&job, &request)? };
-        match endpoint
-            .jobs()
-            .patch(&endpoint.scope.job, &PatchParams::default(), &Patch::Merge(&change.patch(&job)))
-            .await
-        {
-            Ok(_) => break (job, change),
-            // Someone else changed the job since it was read: decide again on what is there now.
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => return Err(ApiError::Conflict(s.message)),
-            Err(e) => return Err(internal(e)),
-        }
-    };
+    let (before, change) = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
+        let change = if up { scale::scale_up(job, &request)? } else { scale::scale_down(job, &request)? };
+        Ok((change.patch(job), change))
+    })
+    .await?;
     let job = &endpoint.scope.job;
     let collectors = scale::affected(job, Role::Collector, before.spec.collector_replicas(), change.collectors);
     let learners = scale::affected(job, Role::Learner, before.spec.learner_replicas(), change.learners);
@@ -288,23 +269,15 @@ async fn failed_outcome(
     let report: Replicas = body(bytes)?;
     endpoint.scope.check(&report.namespace, &report.coordinator)?;
     let _one_at_a_time = endpoint.writing.lock().await;
-    let (old_uids, names) = loop {
-        let job = endpoint.job().await?;
-        let pods = endpoint.pods().await?;
-        let (value, names) = scale::report_failed(&job, &pods, &report)?;
-        let patch = json!({"metadata": {"resourceVersion": job.resource_version(), "annotations": {annotations::REPLACE: value}}});
-        match endpoint.jobs().patch(&endpoint.scope.job, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                let uids: Vec<(String, Option<String>)> = names
-                    .iter()
-                    .map(|n| (n.clone(), pods.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid())))
-                    .collect();
-                break (uids, names);
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(internal(e)),
-        }
-    };
+    // The pods as reported on; a retry after a conflicting write decides on the same ones.
+    let pods = endpoint.pods().await?;
+    let (_, (old_uids, names)) = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
+        let (value, names) = scale::report_failed(job, &pods, &report)?;
+        let uids: Vec<(String, Option<String>)> =
+            names.iter().map(|n| (n.clone(), pods.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid()))).collect();
+        Ok((json!({"metadata": {"annotations": {annotations::REPLACE: value}}}), (uids, names)))
+    })
+    .await?;
     // Replaced: the same name runs a new incarnation.
     let deadline = tokio::time::Instant::now() + endpoint.wait;
     let (pods, converged) = loop {
