@@ -393,6 +393,43 @@ mod tests {
         assert!(!same_amount("lots", "lots"));
     }
 
+    fn pod(name: &str, role: &str, index: &str, ports: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": {"replica-type": role, "diengine.opendilab.org/replica-index": index}},
+            "spec": {"containers": [{"name": "di-container", "ports": ports}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_aggregator_lists_every_training_process() {
+        let scope = Scope { namespace: "ns".into(), job: "j".into() };
+        let pods = vec![
+            pod("j-aggregator-0", "aggregator", "0", json!([{"name": "di-port", "containerPort": 22272}])),
+            pod("j-ddp-learner-0-1", "ddp-learner", "0", json!([{"name": "di-port", "containerPort": 22271}])),
+            pod(
+                "j-ddp-learner-0-0",
+                "ddp-learner",
+                "0",
+                json!([{"name": "di-port", "containerPort": 22271}, {"name": "gpu-port-1", "containerPort": 22272}, {"name": "master-port", "containerPort": 10314}]),
+            ),
+            // Another logic learner's DDP learner is not this aggregator's.
+            pod("j-ddp-learner-1-0", "ddp-learner", "1", json!([{"name": "di-port", "containerPort": 22271}])),
+        ];
+        let listed = ddp_listing(&scope, &pods, "j-aggregator-0").unwrap();
+        assert_eq!(listed.coordinator, "j-aggregator-0");
+        assert_eq!(
+            listed.learners,
+            vec!["j-ddp-learner-0-0.ns:22271", "j-ddp-learner-0-0.ns:22272", "j-ddp-learner-0-1.ns:22271"]
+        );
+        assert_eq!(ddp_listing(&scope, &pods, "j-aggregator-9").unwrap_err().status(), 404);
+
+        // The job's logic learners include its aggregators, ordered by index.
+        let all = listing(&scope, &pods);
+        assert_eq!(all.learners, vec!["j-aggregator-0.ns:22272"]);
+        assert!(all.collectors.is_empty());
+    }
+
     #[test]
     fn scope_is_one_job() {
         let scope = Scope { namespace: "ns".into(), job: "job".into() };
