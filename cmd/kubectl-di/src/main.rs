@@ -435,10 +435,7 @@ async fn restart(ctx: &Ctx, name: &str, pods: &[String], no_wait: bool) -> anyho
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let live = job_pods(ctx, name).await?;
-            let replaced = old.iter().all(|(n, uid)| {
-                live.iter().any(|p| &p.name_any() == n && p.uid() != *uid && p.metadata.deletion_timestamp.is_none())
-            });
-            if replaced {
+            if scale::replaced(&old, &live) {
                 break;
             }
             if Instant::now() >= deadline {

@@ -268,6 +268,13 @@ pub fn report_failed(job: &DIJob, pods: &[Pod], report: &Replicas) -> Result<(St
     Ok((annotations::format_replace(&entries.into_iter().collect::<Vec<_>>()), named))
 }
 
+/// Whether every reported pod runs a new incarnation: its name is back with another UID.
+pub fn replaced(reported: &[(String, Option<String>)], pods: &[Pod]) -> bool {
+    reported.iter().all(|(name, uid)| {
+        pods.iter().any(|p| &p.name_any() == name && p.uid() != *uid && p.metadata.deletion_timestamp.is_none())
+    })
+}
+
 pub fn role_of(pod: &Pod) -> Option<Role> {
     pod.labels().get(labels::REPLICA_TYPE).and_then(|r| Role::from_label(r))
 }

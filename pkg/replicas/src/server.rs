@@ -282,9 +282,7 @@ async fn failed_outcome(
     let deadline = tokio::time::Instant::now() + endpoint.wait;
     let (pods, converged) = loop {
         let pods = endpoint.pods().await?;
-        let converged = old_uids.iter().all(|(name, uid)| {
-            pods.iter().any(|p| &p.name_any() == name && p.uid() != *uid && p.metadata.deletion_timestamp.is_none())
-        });
+        let converged = scale::replaced(&old_uids, &pods);
         if converged || tokio::time::Instant::now() >= deadline {
             break (pods, converged);
         }

@@ -72,45 +72,45 @@ impl Scenario {
         })
     }
 
-    /// Waits until the job's pods are exactly `names` (sorted), returning them.
+    /// Waits until the job's pods are exactly `names` (terminating ones left out), returning them.
     pub async fn wait_pods(&self, job: &str, names: &[String]) -> Vec<Pod> {
-        let mut want = names.to_vec();
-        want.sort();
-        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
-        let pods = self.pods.clone();
-        within(WAIT, &format!("pods {want:?}"), async move {
-            loop {
-                let list = pods.list(&params).await.unwrap().items;
-                let live: Vec<Pod> = list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
-                let mut got: Vec<String> = live.iter().map(|p| p.name_any()).collect();
-                got.sort();
-                if got == want {
-                    return live;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-        .await
+        wait_for_names(&self.pods, job, names, true).await
     }
 
+    /// Waits until the job's services are exactly `names`.
     pub async fn wait_services(&self, job: &str, names: &[String]) {
-        let mut want = names.to_vec();
-        want.sort();
-        let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
-        let services = self.services.clone();
-        within(WAIT, &format!("services {want:?}"), async move {
-            loop {
-                let mut got: Vec<String> =
-                    services.list(&params).await.unwrap().items.iter().map(|s| s.name_any()).collect();
-                got.sort();
-                if got == want {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-        .await
+        wait_for_names(&self.services, job, names, false).await;
     }
+}
+
+/// Polls the job's objects of one kind until their names are exactly `names`.
+async fn wait_for_names<K>(api: &Api<K>, job: &str, names: &[String], skip_terminating: bool) -> Vec<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let mut want = names.to_vec();
+    want.sort();
+    let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+    let api = api.clone();
+    within(WAIT, &format!("{}s {want:?}", K::kind(&()).to_lowercase()), async move {
+        loop {
+            let list = api.list(&params).await.unwrap().items;
+            let live: Vec<K> =
+                list.into_iter().filter(|o| !skip_terminating || o.meta().deletion_timestamp.is_none()).collect();
+            let mut got: Vec<String> = live.iter().map(|o| o.name_any()).collect();
+            got.sort();
+            if got == want {
+                return live;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
 }
 
 pub fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
