@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use di_api::contract::labels;
 use di_api::{DIJob, Phase};
 use di_controller::desired::{self, Settings};
 use di_e2e::binaries::{self, Unavailable};
@@ -14,11 +13,16 @@ use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::ControlPlane;
 use di_e2e::nodes::SimulatedNodes;
 use di_e2e::orchestrator::LocalOrchestrator;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Semaphore;
+
+/// Label on the benchmark's jobs and baseline pods, naming the scenario they belong to.
+const RUN_LABEL: &str = "di-bench/run";
 
 /// Jobs reconciled at once by the orchestrator (its default), and so the baseline's concurrency.
 const CONCURRENCY: usize = 16;
@@ -34,8 +38,63 @@ pub struct Row {
 
 pub struct ClusterReport {
     pub rows: Vec<Row>,
-    pub slope_ms_per_replica: f64,
+    /// Fitted over the curve, when it was measured.
+    pub slope_ms_per_replica: Option<f64>,
     pub curve: Vec<(usize, f64, f64)>,
+    /// Per scenario, where the orchestrator waited on the API server.
+    pub waits: Vec<(String, Vec<RequestTime>)>,
+}
+
+/// Requests of one verb and resource the orchestrator sent in a scenario, and the time until
+/// they were answered.
+pub struct RequestTime {
+    pub request: String,
+    pub count: f64,
+    pub seconds: f64,
+}
+
+/// The orchestrator's metrics at one moment: every sample by its series (name and labels).
+struct Scrape(std::collections::BTreeMap<String, f64>);
+
+impl Scrape {
+    fn parse(text: &str) -> Scrape {
+        let samples = text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        });
+        Scrape(samples.collect())
+    }
+
+    /// What grew since `before`.
+    fn since(&self, before: &Scrape) -> Scrape {
+        Scrape(self.0.iter().map(|(k, v)| (k.clone(), v - before.0.get(k).unwrap_or(&0.0))).collect())
+    }
+
+    /// Sum of the series whose name and labels start with `prefix`.
+    fn sum(&self, prefix: &str) -> f64 {
+        self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+    }
+
+    /// Requests by verb and resource, the longest total wait first.
+    fn request_time(&self) -> Vec<RequestTime> {
+        const SUM: &str = "di_orchestrator_api_request_duration_seconds_sum{";
+        const COUNT: &str = "di_orchestrator_api_request_duration_seconds_count{";
+        let mut times: Vec<RequestTime> = self
+            .0
+            .iter()
+            .filter_map(|(k, seconds)| {
+                let labels = k.strip_prefix(SUM)?.trim_end_matches('}');
+                let count = *self.0.get(&format!("{COUNT}{labels}}}"))?;
+                let value = |name: &str| labels.split(',').find_map(|kv| kv.strip_prefix(&format!("{name}=\"")));
+                let request =
+                    format!("{} {}", value("verb")?.trim_end_matches('"'), value("resource")?.trim_end_matches('"'));
+                Some(RequestTime { request, count, seconds: *seconds })
+            })
+            .filter(|t| t.count > 0.0)
+            .collect();
+        times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        times
+    }
 }
 
 struct Bench {
@@ -46,7 +105,7 @@ struct Bench {
     pid: u32,
 }
 
-pub async fn run() -> anyhow::Result<Option<ClusterReport>> {
+pub async fn run(only: &[Scenario]) -> anyhow::Result<Option<ClusterReport>> {
     let root = binaries::repo_root();
     let binaries = match binaries::obtain(&root)? {
         Ok(b) => b,
@@ -56,12 +115,24 @@ pub async fn run() -> anyhow::Result<Option<ClusterReport>> {
         }
     };
     let plane = ControlPlane::start(&binaries, &root.join(".cache/controlplane/runs")).await?;
-    let result = measure(&plane).await;
+    let result = measure(&plane, only).await;
     plane.stop().await;
     result.map(Some)
 }
 
-async fn measure(plane: &ControlPlane) -> anyhow::Result<ClusterReport> {
+/// The parts of the cluster benchmark, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Time to running and API requests per job, against the plain client and the minimum.
+    Running,
+    /// Time to running and RSS as one job grows.
+    Curve,
+    /// RSS with 1,000 jobs and their pods, then among unrelated pods.
+    Scale,
+}
+
+async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<ClusterReport> {
+    let wanted = |s: Scenario| only.is_empty() || only.contains(&s);
     let client = plane.client().await?;
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
     cluster.install_crds().await;
@@ -82,73 +153,35 @@ async fn measure(plane: &ControlPlane) -> anyhow::Result<ClusterReport> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_rss = rss_mib(bench.pid)?;
     let idle_cpu = cpu_seconds(bench.pid)?;
-    let mut rows = vec![Row {
-        figure: "orchestrator RSS, no jobs".into(),
-        value: format!("{idle_rss:.1} MiB"),
-        baseline: "-".into(),
-        ratio: None,
-        goal: "< 15 MiB".into(),
-        met: Some(idle_rss < 15.0),
-    }];
-
-    for (m, n) in [(1, 10), (10, 10), (100, 10), (1, 500)] {
-        let before = bench.api_requests().await?;
-        let ours = bench.time_to_running(&format!("r{m}x{n}"), m, n).await?;
-        let requests = (bench.api_requests().await? - before) as f64 / m as f64;
-        let base = bench.baseline(&format!("b{m}x{n}"), m, n).await?;
-        let ratio = ours.as_secs_f64() / base.as_secs_f64();
-        rows.push(Row {
-            figure: format!("time to running, {m} job(s) x {n} collectors"),
-            value: format!("{:.2} s", ours.as_secs_f64()),
-            baseline: format!("{:.2} s (plain client, same objects)", base.as_secs_f64()),
-            ratio: Some(ratio),
-            goal: "ratio <= 1.15".into(),
-            met: Some(ratio <= 1.15),
-        });
-        // The least a job can cost: one create per pod, service and RBAC object, and one status
-        // write per phase (Created, Running).
-        let minimum = (2 * (n + 1) + 3 + 2) as f64;
-        rows.push(Row {
-            figure: format!("API requests per job, {m} job(s) x {n} collectors"),
-            value: format!("{requests:.1}"),
-            baseline: format!("{minimum:.0} (minimum)"),
-            ratio: Some(requests / minimum),
-            goal: "ratio <= 1.5".into(),
-            met: Some(requests / minimum <= 1.5),
-        });
+    let mut report = ClusterReport {
+        rows: vec![Row {
+            figure: "orchestrator RSS, no jobs".into(),
+            value: format!("{idle_rss:.1} MiB"),
+            baseline: "-".into(),
+            ratio: None,
+            goal: "< 15 MiB".into(),
+            met: Some(idle_rss < 15.0),
+        }],
+        slope_ms_per_replica: None,
+        curve: vec![],
+        waits: vec![],
+    };
+    if wanted(Scenario::Running) {
+        bench.running(&mut report.rows, &mut report.waits).await?;
     }
-    let managed = bench.count_pods(&bench.jobs_ns).await?;
-    let scale_rss = rss_mib(bench.pid)?;
-    rows.push(Row {
-        figure: format!("orchestrator RSS, {managed} managed pods"),
-        value: format!("{scale_rss:.1} MiB"),
-        baseline: format!("{idle_rss:.1} MiB idle"),
-        ratio: Some(scale_rss / idle_rss),
-        goal: "< 64 MiB at 10,000 pods".into(),
-        met: Some(scale_rss < 64.0),
-    });
-
-    let unrelated = 10_000;
-    bench.unrelated_pods(unrelated).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let among = rss_mib(bench.pid)?;
-    rows.push(Row {
-        figure: format!("orchestrator RSS, plus {unrelated} unrelated pods"),
-        value: format!("{among:.1} MiB"),
-        baseline: format!("{scale_rss:.1} MiB before them"),
-        ratio: Some(among / scale_rss),
-        goal: "flat (ratio <= 1.05)".into(),
-        met: Some(among / scale_rss <= 1.05),
-    });
-
-    let mut curve = vec![];
-    for n in [10, 100, 1000] {
-        let t = bench.time_to_running(&format!("c{n}"), 1, n).await?;
-        curve.push((n, t.as_secs_f64(), rss_mib(bench.pid)?));
+    if wanted(Scenario::Curve) {
+        for n in [10, 100, 1000] {
+            let t = bench.time_to_running(&format!("c{n}"), 1, n).await?;
+            report.curve.push((n, t.as_secs_f64(), rss_mib(bench.pid)?));
+        }
+        let points: Vec<(f64, f64)> = report.curve.iter().map(|(n, t, _)| (*n as f64, *t)).collect();
+        report.slope_ms_per_replica = Some(fit_slope(&points) * 1000.0);
     }
-    let slope = fit_slope(&curve.iter().map(|(n, t, _)| (*n as f64, *t)).collect::<Vec<_>>());
+    if wanted(Scenario::Scale) {
+        bench.scale(idle_rss, &mut report.rows).await?;
+    }
     let cpu = cpu_seconds(bench.pid)? - idle_cpu;
-    rows.push(Row {
+    report.rows.push(Row {
         figure: "orchestrator CPU over every scenario".into(),
         value: format!("{cpu:.1} s"),
         baseline: "-".into(),
@@ -156,10 +189,87 @@ async fn measure(plane: &ControlPlane) -> anyhow::Result<ClusterReport> {
         goal: "-".into(),
         met: None,
     });
-    Ok(ClusterReport { rows, slope_ms_per_replica: slope * 1000.0, curve })
+    std::fs::write(crate::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
+    Ok(report)
 }
 
 impl Bench {
+    /// M jobs of N collectors against the plain client creating the same objects, and the
+    /// requests each job cost against the least it could.
+    async fn running(&self, rows: &mut Vec<Row>, waits: &mut Vec<(String, Vec<RequestTime>)>) -> anyhow::Result<()> {
+        // The API server's first requests of a kind pay for warming its caches; neither side
+        // should be charged for that.
+        self.time_to_running("warm", 1, 10).await?;
+        self.baseline("bwarm", 1, 10).await?;
+        for (m, n) in [(1, 10), (10, 10), (100, 10), (1, 500)] {
+            let before = self.metrics().await?;
+            let ours = self.time_to_running(&format!("r{m}x{n}"), m, n).await?;
+            let spent = self.metrics().await?.since(&before);
+            let base = self.baseline(&format!("b{m}x{n}"), m, n).await?;
+            let ratio = ours.as_secs_f64() / base.as_secs_f64();
+            let scenario = format!("{m} job(s) x {n} collectors");
+            rows.push(Row {
+                figure: format!("time to running, {scenario}"),
+                value: format!("{:.2} s", ours.as_secs_f64()),
+                baseline: format!("{:.2} s (plain client, same objects)", base.as_secs_f64()),
+                ratio: Some(ratio),
+                goal: "ratio <= 1.15".into(),
+                met: Some(ratio <= 1.15),
+            });
+            // The least a job can cost: one create per pod, service and RBAC object, and one
+            // status write per phase (Created, Running).
+            let minimum = (2 * (n + 1) + 3 + 2) as f64;
+            let requests = spent.sum("di_orchestrator_api_requests_total{") / m as f64;
+            rows.push(Row {
+                figure: format!("API requests per job, {scenario}"),
+                value: format!("{requests:.1}"),
+                baseline: format!("{minimum:.0} (minimum)"),
+                ratio: Some(requests / minimum),
+                goal: "ratio <= 1.5".into(),
+                met: Some(requests / minimum <= 1.5),
+            });
+            let writes = spent.sum("di_orchestrator_status_writes_total") / m as f64;
+            let passes = spent.sum("di_orchestrator_reconciles_total") / m as f64;
+            rows.push(Row {
+                figure: format!("status writes and passes per job, {scenario}"),
+                value: format!("{writes:.1} writes, {passes:.1} passes"),
+                baseline: "2 writes (one per phase)".into(),
+                ratio: Some(writes / 2.0),
+                goal: "-".into(),
+                met: None,
+            });
+            waits.push((scenario, spent.request_time()));
+        }
+        Ok(())
+    }
+
+    /// Memory with many managed pods, then with many more pods the orchestrator must not cache.
+    async fn scale(&self, idle_rss: f64, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+        let managed = self.count_pods(&self.jobs_ns).await?;
+        let scale_rss = rss_mib(self.pid)?;
+        rows.push(Row {
+            figure: format!("orchestrator RSS, {managed} managed pods"),
+            value: format!("{scale_rss:.1} MiB"),
+            baseline: format!("{idle_rss:.1} MiB idle"),
+            ratio: Some(scale_rss / idle_rss),
+            goal: "< 64 MiB at 10,000 pods".into(),
+            met: Some(scale_rss < 64.0),
+        });
+        let unrelated = 10_000;
+        self.unrelated_pods(unrelated).await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let among = rss_mib(self.pid)?;
+        rows.push(Row {
+            figure: format!("orchestrator RSS, plus {unrelated} unrelated pods"),
+            value: format!("{among:.1} MiB"),
+            baseline: format!("{scale_rss:.1} MiB before them"),
+            ratio: Some(among / scale_rss),
+            goal: "flat (ratio <= 1.05)".into(),
+            met: Some(among / scale_rss <= 1.05),
+        });
+        Ok(())
+    }
+
     async fn wait_ready(&self) -> anyhow::Result<()> {
         for _ in 0..100 {
             if reqwest::get(format!("{}/readyz", self.probe)).await.is_ok_and(|r| r.status().is_success()) {
@@ -170,50 +280,45 @@ impl Bench {
         bail!("the orchestrator did not become ready")
     }
 
-    async fn api_requests(&self) -> anyhow::Result<u64> {
+    async fn metrics(&self) -> anyhow::Result<Scrape> {
         let text = reqwest::get(format!("{}/metrics", self.probe)).await?.text().await?;
-        Ok(text
-            .lines()
-            .filter(|l| l.starts_with("di_orchestrator_api_requests_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum())
+        Ok(Scrape::parse(&text))
     }
 
     /// Submits `m` jobs of `n` collectors at once; the time until every one runs with every
-    /// collector ready and every pod and service present.
+    /// collector ready and every pod and service present. Completion is seen on a watch, as the
+    /// baseline's is, so neither pays a polling interval.
     async fn time_to_running(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
+        let want = format!("{n}/{n}");
+        let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
+            let running = all.iter().filter(|j| {
+                let s = j.status.as_ref();
+                s.and_then(|s| s.phase) == Some(Phase::Running)
+                    && s.and_then(|s| s.collectors.as_deref()) == Some(&want)
+            });
+            running.count() == m
+        })
+        .await?;
         let start = Instant::now();
         let mut creates = vec![];
         for i in 0..m {
             let jobs = jobs.clone();
-            let job = job(&format!("{prefix}-{i}"), n);
+            let mut job = job(&format!("{prefix}-{i}"), n);
+            job.labels_mut().insert(RUN_LABEL.into(), prefix.into());
             creates.push(tokio::spawn(async move { jobs.create(&PostParams::default(), &job).await }));
         }
         for c in creates {
             c.await??;
         }
-        let want = format!("{n}/{n}");
-        let names: Vec<String> = (0..m).map(|i| format!("{prefix}-{i}")).collect();
-        let deadline = start + Duration::from_secs(600);
-        loop {
-            let list = jobs.list(&ListParams::default()).await?.items;
-            let running = list
-                .iter()
-                .filter(|j| names.contains(&j.name_any()))
-                .filter(|j| {
-                    let s = j.status.clone().unwrap_or_default();
-                    s.phase == Some(Phase::Running) && s.collectors.as_deref() == Some(want.as_str())
-                })
-                .count();
-            if running == m && self.objects_present(prefix, m * (n + 1)).await? {
-                return Ok(start.elapsed());
-            }
-            if Instant::now() > deadline {
-                bail!("{prefix}: {running} of {m} jobs running after 600 s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = tokio::time::timeout(Duration::from_secs(600), running)
+            .await
+            .with_context(|| format!("{prefix}: not every job running after 600 s"))???;
+        // Running with every collector ready implies their pods; the services are checked too.
+        while !self.objects_present(prefix, m * (n + 1)).await? {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        Ok(done.max(start) - start)
     }
 
     async fn objects_present(&self, prefix: &str, count: usize) -> anyhow::Result<bool> {
@@ -237,6 +342,12 @@ impl Bench {
     async fn baseline(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let services: Api<Service> = Api::namespaced(self.client.clone(), &self.base_ns);
+        let total = m * (n + 1);
+        let running = watch_until(pods.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<Pod>]| {
+            let running = all.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            running.count() == total
+        })
+        .await?;
         let permits = Arc::new(Semaphore::new(CONCURRENCY));
         let start = Instant::now();
         let mut tasks = vec![];
@@ -253,6 +364,7 @@ impl Bench {
             let client = self.client.clone();
             let ns = self.base_ns.clone();
             let (pods, services, permits) = (pods.clone(), services.clone(), permits.clone());
+            let prefix = prefix.to_owned();
             tasks.push(tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await?;
                 let post = PostParams::default();
@@ -269,6 +381,7 @@ impl Bench {
                     // No owner: the job does not exist, and garbage collection must not interfere.
                     r.service.metadata.owner_references = None;
                     r.pod.metadata.owner_references = None;
+                    r.pod.labels_mut().insert(RUN_LABEL.into(), prefix.clone());
                     services.create(&PostParams::default(), &r.service).await?;
                     pods.create(&PostParams::default(), &r.pod).await?;
                 }
@@ -278,21 +391,10 @@ impl Bench {
         for t in tasks {
             t.await??;
         }
-        let total = m * (n + 1);
-        loop {
-            let running = pods
-                .list(&ListParams::default().labels(labels::APP_MANAGED_BY))
-                .await?
-                .items
-                .iter()
-                .filter(|p| p.name_any().starts_with(&format!("{prefix}-")))
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-                .count();
-            if running == total {
-                return Ok(start.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let done = tokio::time::timeout(Duration::from_secs(600), running)
+            .await
+            .with_context(|| format!("{prefix}: not every baseline pod running after 600 s"))???;
+        Ok(done.max(start) - start)
     }
 
     async fn count_pods(&self, ns: &str) -> anyhow::Result<usize> {
@@ -330,6 +432,31 @@ impl Bench {
         }
         Ok(())
     }
+}
+
+/// Starts watching `api`'s objects with `label`, and returns, once the watch is established, a
+/// task that resolves to the moment `done` first holds for what it has seen.
+async fn watch_until<K>(
+    api: Api<K>,
+    label: &str,
+    done: impl Fn(&[Arc<K>]) -> bool + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Instant>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let mut events = watcher(api, watcher::Config::default().labels(label)).reflect(writer).boxed();
+    // The first event is the initial list's start: from then on, nothing created is missed.
+    events.next().await.context("watch ended")??;
+    Ok(tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            event?;
+            if done(&reader.state()) {
+                return Ok(Instant::now());
+            }
+        }
+        bail!("watch ended")
+    }))
 }
 
 fn job(name: &str, collectors: usize) -> DIJob {

@@ -13,16 +13,27 @@ mod webhook;
 
 use std::path::PathBuf;
 
+use clap::Parser;
+
+/// Runs every benchmark and writes target/bench/report.md and report.json.
+#[derive(Parser)]
+struct Args {
+    /// Only these cluster scenarios (repeatable); the report then covers only them.
+    #[arg(long, value_enum)]
+    only: Vec<cluster::Scenario>,
+}
+
 fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let webhook = runtime.block_on(webhook::run())?;
-    let cluster = runtime.block_on(cluster::run())?;
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
-    std::fs::create_dir_all(&out)?;
+    let cluster = runtime.block_on(cluster::run(&args.only))?;
+    let out = out_dir()?;
     let cluster_json = cluster.as_ref().map(|c| {
         serde_json::json!({
             "rows": c.rows.iter().map(|r| serde_json::json!({"figure": r.figure, "value": r.value, "baseline": r.baseline, "ratio": r.ratio, "goal": r.goal, "met": r.met})).collect::<Vec<_>>(),
             "slope_ms_per_replica": c.slope_ms_per_replica,
+            "waits": c.waits.iter().map(|(scenario, times)| serde_json::json!({"scenario": scenario, "requests": times.iter().map(|t| serde_json::json!({"request": t.request, "count": t.count, "seconds": t.seconds})).collect::<Vec<_>>()})).collect::<Vec<_>>(),
             "curve": c.curve.iter().map(|(n, t, rss)| serde_json::json!({"replicas": n, "seconds": t, "rss_mib": rss})).collect::<Vec<_>>(),
         })
     });
@@ -50,12 +61,36 @@ fn cluster_markdown(c: &cluster::ClusterReport) -> String {
         };
         text += &format!("| {} | {} | {} | {ratio} | {} | {met} |\n", r.figure, r.value, r.baseline, r.goal);
     }
-    text += "\nScaling curve, one job of N collectors:\n\n| N | time to running | orchestrator RSS |\n|---|---|---|\n";
-    for (n, t, rss) in &c.curve {
-        text += &format!("| {n} | {t:.2} s | {rss:.1} MiB |\n");
+    for (scenario, times) in &c.waits {
+        text += &format!(
+            "\nWhere the orchestrator waited on the API server, {scenario}:\n\n| request | count | total | mean |\n|---|---|---|---|\n"
+        );
+        for t in times {
+            text += &format!(
+                "| {} | {:.0} | {:.2} s | {:.1} ms |\n",
+                t.request,
+                t.count,
+                t.seconds,
+                1000.0 * t.seconds / t.count
+            );
+        }
     }
-    text += &format!("\nFitted slope: {:.2} ms per replica.\n", c.slope_ms_per_replica);
+    if let Some(slope) = c.slope_ms_per_replica {
+        text +=
+            "\nScaling curve, one job of N collectors:\n\n| N | time to running | orchestrator RSS |\n|---|---|---|\n";
+        for (n, t, rss) in &c.curve {
+            text += &format!("| {n} | {t:.2} s | {rss:.1} MiB |\n");
+        }
+        text += &format!("\nFitted slope: {slope:.2} ms per replica.\n");
+    }
     text
+}
+
+/// Where the report (and the orchestrator's log, for looking into a figure) is written.
+pub fn out_dir() -> anyhow::Result<PathBuf> {
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    std::fs::create_dir_all(&out)?;
+    Ok(out)
 }
 
 /// What the figures were taken on.

@@ -72,6 +72,10 @@ struct ServeArgs {
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     restart_backoff_seconds: f64,
+    /// Least time between two status writes of a job that change only its pod counts, in
+    /// seconds; phases, conditions, failures and a job reaching its replicas are written at once.
+    #[arg(long, default_value_t = 1.0)]
+    status_period_seconds: f64,
     /// Jobs reconciled at once.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
@@ -190,6 +194,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         restart_backoff: Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0)),
         concurrency: args.concurrency,
         namespace: args.namespace,
+        status_period: Duration::from_secs_f64(args.status_period_seconds.max(0.0)),
     };
 
     if let Some(lease) = &lease {
@@ -270,14 +275,46 @@ async fn start_webhooks(
     Ok(())
 }
 
-/// A client whose every request is counted in the metrics, so the API cost of a job can be read.
+/// A client whose every request is counted and timed in the metrics, so the API cost of a job,
+/// and where the reconciler's time goes, can be read.
 async fn counted_client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
     let config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
-    let count = tower::ServiceBuilder::new().map_request(move |request: axum::http::Request<kube::client::Body>| {
-        metrics.api_request(request.method().as_str());
-        request
-    });
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&count).build())
+    let timed = tower::layer::layer_fn(move |inner| Timed { inner, metrics: metrics.clone() });
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&timed).build())
+}
+
+/// Counts each request when sent and times it until answered.
+#[derive(Clone)]
+struct Timed<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B> tower::Service<axum::http::Request<kube::client::Body>> for Timed<S>
+where
+    S: tower::Service<axum::http::Request<kube::client::Body>, Response = axum::http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: axum::http::Request<kube::client::Body>) -> Self::Future {
+        let method = request.method().as_str().to_owned();
+        let (path, query) = (request.uri().path().to_owned(), request.uri().query().map(str::to_owned));
+        self.metrics.api_request(&method);
+        let (metrics, start) = (self.metrics.clone(), std::time::Instant::now());
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let result = answer.await;
+            metrics.api_request_answered(&method, &path, query.as_deref(), start.elapsed().as_secs_f64());
+            result
+        })
+    }
 }
 
 async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {

@@ -1,9 +1,11 @@
-//! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`) sit at the core; the
+//! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`, `pace`) sit at the core; the
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
 pub mod desired;
+pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod pace;
 pub mod plan;
 pub mod reconciler;
 pub mod status;

@@ -21,6 +21,19 @@ pub struct VerbLabel {
     pub verb: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabel {
+    pub verb: String,
+    /// The resource, with its subresource: `pods`, `dijobs/status`.
+    pub resource: String,
+}
+
+type RequestHistograms = Family<RequestLabel, Histogram, fn() -> Histogram>;
+
+fn latency_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+}
+
 pub struct Metrics {
     pub reconciles: Counter,
     pub reconcile_errors: Counter,
@@ -33,6 +46,8 @@ pub struct Metrics {
     pub jobs: Family<PhaseLabel, Gauge>,
     /// Requests sent to the API server, by HTTP method (watches count once, when opened).
     pub api_requests: Family<VerbLabel, Counter>,
+    /// Time until the API server answered, by verb and resource (watches excluded: they last).
+    pub api_request_duration: RequestHistograms,
     registry: Mutex<Registry>,
 }
 
@@ -54,6 +69,7 @@ impl Metrics {
             phase_transitions: Family::default(),
             jobs: Family::default(),
             api_requests: Family::default(),
+            api_request_duration: RequestHistograms::new_with_constructor(latency_buckets),
             registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
         };
         {
@@ -71,6 +87,11 @@ impl Metrics {
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
             r.register("api_requests", "Requests sent to the API server, by HTTP method", metrics.api_requests.clone());
+            r.register(
+                "api_request_duration_seconds",
+                "Time until the API server answered a request, by verb and resource; watches excluded",
+                metrics.api_request_duration.clone(),
+            );
         }
         metrics
     }
@@ -83,6 +104,15 @@ impl Metrics {
 
     pub fn api_request(&self, method: &str) {
         self.api_requests.get_or_create(&VerbLabel { verb: method.to_owned() }).inc();
+    }
+
+    /// Records the answer to a request for `path` (watches are not timed).
+    pub fn api_request_answered(&self, method: &str, path: &str, query: Option<&str>, seconds: f64) {
+        if query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1")) {
+            return;
+        }
+        let label = RequestLabel { verb: method.to_owned(), resource: resource_of(path) };
+        self.api_request_duration.get_or_create(&label).observe(seconds);
     }
 
     pub fn phase_transition(&self, phase: Phase) {
@@ -109,6 +139,26 @@ impl Drop for ReconcileTimer<'_> {
     }
 }
 
+/// The resource (and subresource) an API path names: `/api/v1/namespaces/a/pods/p/status` is
+/// `pods/status`; a path that names none is kept as it is.
+pub fn resource_of(path: &str) -> String {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let after_version = match segments.first() {
+        Some(&"api") => 2,
+        Some(&"apis") => 3,
+        _ => return path.to_owned(),
+    };
+    let mut rest = segments.get(after_version..).unwrap_or_default();
+    if rest.first() == Some(&"namespaces") && rest.len() > 2 {
+        rest = &rest[2..];
+    }
+    match rest {
+        [resource] | [resource, _] => (*resource).to_owned(),
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
+        [] => path.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +170,13 @@ mod tests {
         metrics.pods_created.inc();
         metrics.phase_transition(Phase::Running);
         metrics.jobs.get_or_create(&PhaseLabel { phase: "Running".into() }).set(2);
+        metrics.api_request_answered(
+            "PATCH",
+            "/apis/diengine.opendilab.org/v1alpha1/namespaces/a/dijobs/j/status",
+            None,
+            0.01,
+        );
+        metrics.api_request_answered("GET", "/api/v1/pods", Some("watch=true&labelSelector=x"), 60.0);
         let text = metrics.encode();
         for line in [
             "di_orchestrator_reconciles_total 1",
@@ -127,8 +184,27 @@ mod tests {
             "di_orchestrator_phase_transitions_total{phase=\"Running\"} 1",
             "di_orchestrator_jobs{phase=\"Running\"} 2",
             "di_orchestrator_reconcile_duration_seconds_count 1",
+            "di_orchestrator_api_request_duration_seconds_count{verb=\"PATCH\",resource=\"dijobs/status\"} 1",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn names_the_resource_of_a_path() {
+        for (path, resource) in [
+            ("/api/v1/namespaces/a/pods", "pods"),
+            ("/api/v1/namespaces/a/pods/p", "pods"),
+            ("/api/v1/namespaces/a/pods/p/status", "pods/status"),
+            ("/api/v1/pods", "pods"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/namespaces/a", "namespaces"),
+            ("/apis/diengine.opendilab.org/v1alpha1/namespaces/a/dijobs/j/status", "dijobs/status"),
+            ("/apis/rbac.authorization.k8s.io/v1/namespaces/a/rolebindings", "rolebindings"),
+            ("/apis/coordination.k8s.io/v1/namespaces/di-system/leases/di-orchestrator", "leases"),
+            ("/version", "/version"),
+        ] {
+            assert_eq!(resource_of(path), resource, "{path}");
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::{annotations, labels};
+use di_api::contract::annotations;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
@@ -23,7 +23,10 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::desired::{self, BuildError, Settings, managed_selector};
+use crate::index::JobIndex;
 use crate::metrics::Metrics;
+use crate::pace;
+use crate::pace::{Pacer, Write};
 use crate::plan::{self, Action, Why, World};
 use crate::status::{self, Facts};
 
@@ -43,11 +46,15 @@ pub struct Context {
     pub client: Client,
     pub pods: Store<Pod>,
     pub services: Store<Service>,
+    /// Which cached pods and services are whose.
+    pub pod_index: JobIndex,
+    pub service_index: JobIndex,
     pub settings: Settings,
     /// First delay before a failed replica is replaced; doubles with each replacement.
     pub restart_backoff: Duration,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
+    pub pacer: Pacer,
 }
 
 /// Options of the reconciler loop.
@@ -59,6 +66,8 @@ pub struct Options {
     pub concurrency: u16,
     /// Only this namespace's jobs, pods and services; `None` for the whole cluster.
     pub namespace: Option<String>,
+    /// Least time between two status writes of a job that change only its counts.
+    pub status_period: Duration,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -80,17 +89,26 @@ pub async fn run(
 ) {
     let selector = watcher::Config::default().labels(&managed_selector());
     let (pods, pod_writer) = reflector::store();
+    let (pod_index, service_index) = (JobIndex::default(), JobIndex::default());
     let namespace = options.namespace.as_deref();
     let pod_stream = watcher(api::<Pod>(&client, namespace), selector.clone())
         .default_backoff()
         .modify(slim_pod)
         .reflect(pod_writer)
+        .inspect({
+            let index = pod_index.clone();
+            move |event| event.iter().for_each(|e| index.apply(e))
+        })
         .touched_objects();
     let (services, service_writer) = reflector::store();
     let service_stream = watcher(api::<Service>(&client, namespace), selector)
         .default_backoff()
         .modify(slim_service)
         .reflect(service_writer)
+        .inspect({
+            let index = service_index.clone();
+            move |event| event.iter().for_each(|e| index.apply(e))
+        })
         .touched_objects();
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
     let context = Arc::new(Context {
@@ -98,9 +116,12 @@ pub async fn run(
         client: client.clone(),
         pods,
         services,
+        pod_index,
+        service_index,
         settings: options.settings,
         restart_backoff: options.restart_backoff,
         metrics,
+        pacer: Pacer::new(options.status_period),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<DIJob>(&client, options.namespace.as_deref());
@@ -182,19 +203,10 @@ async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error>
         return Ok(Requeue::await_change());
     }
 
-    let pods = ctx.pods.state();
-    let services = ctx.services.state();
-    let owned = |labels: &std::collections::BTreeMap<String, String>| labels.get(labels::JOB_NAME) == Some(&name);
-    let job_pods: Vec<&Pod> = pods
-        .iter()
-        .map(|p| p.as_ref())
-        .filter(|p| p.namespace().as_deref() == Some(&namespace) && owned(p.labels()))
-        .collect();
-    let job_services: Vec<&Service> = services
-        .iter()
-        .map(|s| s.as_ref())
-        .filter(|s| s.namespace().as_deref() == Some(&namespace) && owned(s.labels()))
-        .collect();
+    let pods = ctx.pod_index.objects(&ctx.pods, &namespace, &name);
+    let services = ctx.service_index.objects(&ctx.services, &namespace, &name);
+    let job_pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+    let job_services: Vec<&Service> = services.iter().map(|s| s.as_ref()).collect();
 
     let (aggregator_config, missing) = aggregator_config(&ctx, &job).await?;
     let world = World {
@@ -213,25 +225,35 @@ async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error>
     };
 
     // A finished phase is recorded before the cleanup it triggers, so a crash in between cannot
-    // bring a deleted coordinator back; otherwise the pods come first, for a faster start.
+    // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
+    // pass that created pods leaves its status unwritten, since it describes the world before
+    // them: the pods' own watch events bring the next pass, which writes the world as it is.
     let finishing = plan.status.phase.is_some_and(Phase::is_finished);
-    if finishing {
-        record_status(&ctx, &job, &plan.status).await?;
+    let deferred = if finishing {
+        let deferred = record_status(&ctx, &job, &plan.status).await?;
         execute(&ctx, &job, &plan.actions).await?;
+        deferred
+    } else if execute(&ctx, &job, &plan.actions).await? {
+        Some(ctx.pacer.period)
     } else {
-        execute(&ctx, &job, &plan.actions).await?;
-        record_status(&ctx, &job, &plan.status).await?;
-    }
+        record_status(&ctx, &job, &plan.status).await?
+    };
     // A periodic look catches what no watch event reports (time passing, a lost event).
-    Ok(Requeue::requeue(plan.requeue_after.unwrap_or(Duration::from_secs(300))))
+    let next = [plan.requeue_after, deferred].into_iter().flatten().min();
+    Ok(Requeue::requeue(next.unwrap_or(Duration::from_secs(300))))
 }
 
-/// Writes the status if it changed, with an event when the phase did.
-async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) -> Result<(), Error> {
-    if job.status.as_ref() == Some(status) {
-        return Ok(());
+/// Writes the status if it changed and is due (see `pace`), with an event when the phase changed;
+/// otherwise says when it will be due.
+async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) -> Result<Option<Duration>, Error> {
+    let uid = job.uid().unwrap_or_default();
+    match pace::decide(job.status.as_ref(), status, ctx.pacer.since_last(&uid), ctx.pacer.period) {
+        Write::Unchanged => return Ok(None),
+        Write::After(due) => return Ok(Some(due)),
+        Write::Now => {}
     }
     write_status(ctx, job, status).await?;
+    ctx.pacer.wrote(&uid);
     let previous = job.status.as_ref().and_then(|s| s.phase);
     if status.phase != previous
         && let Some(phase) = status.phase
@@ -241,7 +263,7 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
         let note = status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
         publish(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
@@ -260,19 +282,41 @@ async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<Aggrega
     }
 }
 
-async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<(), Error> {
+/// Carries out the actions; whether any pod was created.
+async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<bool, Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let rbac = actions.iter().find_map(|a| match a {
+        Action::CreateRbac(rbac) => Some(rbac),
+        _ => None,
+    });
+    // Only the ServiceAccount must exist before the coordinator pod. The RoleBinding's create
+    // waits on the API server's escalation check, which lists bindings from a cache that must
+    // first catch up with the Role just written (about 100 ms), so the Role and RoleBinding are
+    // created alongside the pods rather than before them.
+    if let Some(rbac) = rbac {
+        create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account).await?;
+    }
+    let grants = async {
+        if let Some(rbac) = rbac {
+            create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
+            create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
+        }
+        Ok::<_, Error>(())
+    };
+    let ((), created) = futures::try_join!(grants, carry_out(ctx, job, actions))?;
+    Ok(created)
+}
+
+/// Every action but the RBAC's, in order, with one event per kind of change; whether any pod was
+/// created.
+async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<bool, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
     for action in actions {
         match action {
-            Action::CreateRbac(rbac) => {
-                create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account)
-                    .await?;
-                create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
-                create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
-            }
+            Action::CreateRbac(_) => {}
             Action::CreateService(service) => {
                 create(&services, service).await?;
             }
@@ -349,7 +393,7 @@ async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<
             publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
         }
     }
-    Ok(())
+    Ok(!created.is_empty())
 }
 
 fn summary(verb: &str, names: &[String]) -> String {
@@ -477,21 +521,30 @@ mod tests {
 
     fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {
         let (pod_store, mut pod_writer) = reflector::store();
+        let pod_index = JobIndex::default();
         for pod in pods {
-            pod_writer.apply_watcher_event(&watcher::Event::Apply(pod));
+            let event = watcher::Event::Apply(pod);
+            pod_writer.apply_watcher_event(&event);
+            pod_index.apply(&event);
         }
         let (service_store, mut service_writer) = reflector::store();
+        let service_index = JobIndex::default();
         for service in services {
-            service_writer.apply_watcher_event(&watcher::Event::Apply(service));
+            let event = watcher::Event::Apply(service);
+            service_writer.apply_watcher_event(&event);
+            service_index.apply(&event);
         }
         Arc::new(Context {
             recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
             client,
             pods: pod_store,
             services: service_store,
+            pod_index,
+            service_index,
             settings: Settings::default(),
             restart_backoff: Duration::from_secs(10),
             metrics: Arc::new(Metrics::new()),
+            pacer: Pacer::new(Duration::from_secs(1)),
         })
     }
 
@@ -543,22 +596,31 @@ mod tests {
     async fn first_reconcile_creates_the_coordinator_and_its_service() {
         let job = job(0, "Running", None);
         let (client, recorded) = fake_api_server(&job);
-        let requeue = reconcile(Arc::new(job), context(client, vec![], vec![])).await.unwrap();
-        assert_eq!(requeue, Requeue::requeue(Duration::from_secs(300)));
+        let requeue = reconcile(Arc::new(job.clone()), context(client, vec![], vec![])).await.unwrap();
         assert_eq!(calls(&recorded, "POST", "services"), vec!["job-coordinator"]);
         assert_eq!(calls(&recorded, "POST", "pods"), vec!["job-coordinator"]);
         assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
         assert_eq!(calls(&recorded, "POST", "roles"), vec!["job-replicas"]);
         assert_eq!(calls(&recorded, "POST", "rolebindings"), vec!["job-replicas"]);
-        let status_writes: Vec<Value> = recorded
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status"))
-            .map(|(_, _, b)| b.clone())
-            .collect();
-        assert_eq!(status_writes.len(), 1);
-        assert_eq!(status_writes[0]["status"]["phase"], "Created");
+        // Its status would describe the world before the pods: the pass their events bring
+        // writes it, and a requeue within the status period stands in for lost events.
+        let status_writes = |recorded: &Recorded| -> Vec<Value> {
+            let recorded = recorded.lock().unwrap();
+            recorded
+                .iter()
+                .filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status"))
+                .map(|(_, _, b)| b.clone())
+                .collect()
+        };
+        assert_eq!(status_writes(&recorded), Vec::<Value>::new());
+        assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
+
+        let (pods, services) = world(&job, |_| "Pending");
+        let (client, recorded) = fake_api_server(&job);
+        reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+        let writes = status_writes(&recorded);
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0]["status"]["phase"], "Created");
     }
 
     #[tokio::test]

@@ -150,7 +150,8 @@ fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Chil
         .env("KUBERNETES_POD_NAME", format!("orchestrator{identity}"))
         // The control plane's folder: whoever stops it kills this process too.
         .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
-        .env("RUST_LOG", "info,kube=warn")
+        // DI_ORCHESTRATOR_LOG turns up its logging when a run needs looking into.
+        .env("RUST_LOG", std::env::var("DI_ORCHESTRATOR_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("log handle"))
         .stderr(out)

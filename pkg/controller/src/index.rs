@@ -1,0 +1,130 @@
+//! Which cached pods or services belong to which job, kept from the same watch events that fill
+//! the cache. A pass then reads its own job's few objects instead of scanning every managed
+//! object of the cluster, which made each pass cost O(objects) and a busy cluster O(objects²).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use di_api::contract::labels;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
+
+/// A job, by namespace and name.
+type JobKey = (String, String);
+
+#[derive(Default)]
+struct Entries {
+    by_job: HashMap<JobKey, BTreeSet<String>>,
+    /// The job each object was filed under, so a relabelled or deleted object is unfiled.
+    job_of: HashMap<(String, String), JobKey>,
+}
+
+impl Entries {
+    fn file<K: Resource>(&mut self, object: &K) {
+        let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+        self.unfile(&namespace, &name);
+        if let Some(job) = object.labels().get(labels::JOB_NAME) {
+            let key = (namespace.clone(), job.clone());
+            self.by_job.entry(key.clone()).or_default().insert(name.clone());
+            self.job_of.insert((namespace, name), key);
+        }
+    }
+
+    fn unfile(&mut self, namespace: &str, name: &str) {
+        let Some(key) = self.job_of.remove(&(namespace.to_owned(), name.to_owned())) else { return };
+        if let Some(names) = self.by_job.get_mut(&key) {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_job.remove(&key);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    current: Entries,
+    /// Filled while the watch relists, then swapped in whole.
+    relisting: Option<Entries>,
+}
+
+/// The index of one kind of object; clones share it.
+#[derive(Clone, Default)]
+pub struct JobIndex(Arc<RwLock<State>>);
+
+impl JobIndex {
+    /// Follows one watch event, as the cache's writer does.
+    pub fn apply<K: Resource>(&self, event: &Event<K>) {
+        let mut state = self.0.write().expect("index lock");
+        match event {
+            Event::Apply(object) => state.current.file(object),
+            Event::Delete(object) => state.current.unfile(&object.namespace().unwrap_or_default(), &object.name_any()),
+            Event::Init => state.relisting = Some(Entries::default()),
+            Event::InitApply(object) => state.relisting.get_or_insert_with(Entries::default).file(object),
+            Event::InitDone => {
+                if let Some(fresh) = state.relisting.take() {
+                    state.current = fresh;
+                }
+            }
+        }
+    }
+
+    /// The cached objects of a job.
+    pub fn objects<K>(&self, store: &Store<K>, namespace: &str, job: &str) -> Vec<Arc<K>>
+    where
+        K: Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let state = self.0.read().expect("index lock");
+        let Some(names) = state.current.by_job.get(&(namespace.to_owned(), job.to_owned())) else { return vec![] };
+        names.iter().filter_map(|name| store.get(&ObjectRef::new(name).within(namespace))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::reflector;
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(namespace: &str, name: &str, job: Option<&str>) -> Pod {
+        let labels = job.map(|j| json!({ labels::JOB_NAME: j })).unwrap_or(json!({}));
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels}})).unwrap()
+    }
+
+    fn names(index: &JobIndex, store: &Store<Pod>, namespace: &str, job: &str) -> Vec<String> {
+        index.objects(store, namespace, job).iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn follows_the_same_events_as_the_cache() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let index = JobIndex::default();
+        let mut apply = |event: Event<Pod>| {
+            writer.apply_watcher_event(&event);
+            index.apply(&event);
+        };
+        apply(Event::Apply(pod("a", "j-coordinator", Some("j"))));
+        apply(Event::Apply(pod("a", "j-collector-0", Some("j"))));
+        apply(Event::Apply(pod("b", "j-coordinator", Some("j"))));
+        apply(Event::Apply(pod("a", "k-coordinator", Some("k"))));
+        apply(Event::Apply(pod("a", "stray", None)));
+        assert_eq!(names(&index, &store, "a", "j"), ["j-collector-0", "j-coordinator"]);
+        assert_eq!(names(&index, &store, "b", "j"), ["j-coordinator"]);
+
+        apply(Event::Delete(pod("a", "j-collector-0", Some("j"))));
+        apply(Event::Apply(pod("a", "j-coordinator", Some("k"))));
+        assert_eq!(names(&index, &store, "a", "j"), Vec::<String>::new(), "deleted, and relabelled away");
+        assert_eq!(names(&index, &store, "a", "k"), ["j-coordinator", "k-coordinator"]);
+
+        // A relist replaces everything once it is done.
+        apply(Event::Init);
+        apply(Event::InitApply(pod("a", "j-collector-1", Some("j"))));
+        assert_eq!(names(&index, &store, "a", "k"), ["j-coordinator", "k-coordinator"], "old view until done");
+        apply(Event::InitDone);
+        assert_eq!(names(&index, &store, "a", "j"), ["j-collector-1"]);
+        assert_eq!(names(&index, &store, "a", "k"), Vec::<String>::new());
+    }
+}
