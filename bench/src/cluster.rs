@@ -6,16 +6,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use di_api::contract::labels;
 use di_api::{DIJob, Phase};
 use di_controller::desired::{self, Settings};
 use di_e2e::binaries::{self, Unavailable};
 use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::ControlPlane;
 use di_e2e::nodes::SimulatedNodes;
-use di_e2e::orchestrator::LocalOrchestrator;
+use di_e2e::orchestrator::{LocalOrchestrator, Sidecar};
+
+use crate::profile::Profile;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -23,6 +26,9 @@ use tokio::sync::Semaphore;
 
 /// Label on the benchmark's jobs and baseline pods, naming the scenario they belong to.
 const RUN_LABEL: &str = "di-bench/run";
+
+/// Users submitting jobs at once.
+const SUBMITTERS: usize = 64;
 
 /// Jobs reconciled at once by the orchestrator (its default), and so the baseline's concurrency.
 const CONCURRENCY: usize = 16;
@@ -43,6 +49,9 @@ pub struct ClusterReport {
     pub curve: Vec<(usize, f64, f64)>,
     /// Per scenario, where the orchestrator waited on the API server.
     pub waits: Vec<(String, Vec<RequestTime>)>,
+    /// Per profiled scenario, where the orchestrator's CPU went (a markdown table), or why
+    /// there is no profile.
+    pub profiles: Vec<(String, Result<String, String>)>,
 }
 
 /// Requests of one verb and resource the orchestrator sent in a scenario, and the time until
@@ -53,10 +62,18 @@ pub struct RequestTime {
     pub seconds: f64,
 }
 
-/// The orchestrator's metrics at one moment: every sample by its series (name and labels).
+/// The orchestrator's metrics at one moment, or what grew between two: every sample by its series
+/// (name and labels).
+#[derive(Default)]
 struct Scrape(std::collections::BTreeMap<String, f64>);
 
 impl Scrape {
+    fn add(&mut self, more: &Scrape) {
+        for (k, v) in &more.0 {
+            *self.0.entry(k.clone()).or_default() += v;
+        }
+    }
+
     fn parse(text: &str) -> Scrape {
         let samples = text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
@@ -103,6 +120,8 @@ struct Bench {
     base_ns: String,
     probe: String,
     pid: u32,
+    /// The API server's and etcd's processes.
+    server_pids: Vec<u32>,
 }
 
 pub async fn run(only: &[Scenario]) -> anyhow::Result<Option<ClusterReport>> {
@@ -127,6 +146,8 @@ pub enum Scenario {
     Running,
     /// Time to running and RSS as one job grows.
     Curve,
+    /// A coordinator's scale-up through its replica endpoint, against the reconciler alone.
+    Replicas,
     /// RSS with 1,000 jobs and their pods, then among unrelated pods.
     Scale,
 }
@@ -148,6 +169,7 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
         base_ns,
         probe: format!("http://127.0.0.1:{port}"),
         pid: orchestrator.pid().context("orchestrator pid")?,
+        server_pids: ["kube-apiserver", "etcd"].iter().filter_map(|name| plane.pid(name)).collect(),
     };
     bench.wait_ready().await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -165,9 +187,10 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
         slope_ms_per_replica: None,
         curve: vec![],
         waits: vec![],
+        profiles: vec![],
     };
     if wanted(Scenario::Running) {
-        bench.running(&mut report.rows, &mut report.waits).await?;
+        bench.running(&mut report).await?;
     }
     if wanted(Scenario::Curve) {
         for n in [10, 100, 1000] {
@@ -176,6 +199,9 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
         }
         let points: Vec<(f64, f64)> = report.curve.iter().map(|(n, t, _)| (*n as f64, *t)).collect();
         report.slope_ms_per_replica = Some(fit_slope(&points) * 1000.0);
+    }
+    if wanted(Scenario::Replicas) {
+        bench.replicas(&cluster, &mut report.rows).await?;
     }
     if wanted(Scenario::Scale) {
         bench.scale(idle_rss, &mut report.rows).await?;
@@ -196,22 +222,45 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
 impl Bench {
     /// M jobs of N collectors against the plain client creating the same objects, and the
     /// requests each job cost against the least it could.
-    async fn running(&self, rows: &mut Vec<Row>, waits: &mut Vec<(String, Vec<RequestTime>)>) -> anyhow::Result<()> {
+    async fn running(&self, report: &mut ClusterReport) -> anyhow::Result<()> {
+        let (rows, waits, profiles) = (&mut report.rows, &mut report.waits, &mut report.profiles);
         // The API server's first requests of a kind pay for warming its caches; neither side
         // should be charged for that.
         self.time_to_running("warm", 1, 10).await?;
         self.baseline("bwarm", 1, 10).await?;
-        for (m, n) in [(1, 10), (10, 10), (100, 10), (1, 500)] {
-            let before = self.metrics().await?;
-            let ours = self.time_to_running(&format!("r{m}x{n}"), m, n).await?;
-            let spent = self.metrics().await?.since(&before);
-            let base = self.baseline(&format!("b{m}x{n}"), m, n).await?;
+        // Small scenarios are over in a tenth of a second, so they are run several times,
+        // alternating with the baseline, and the medians compared.
+        for (m, n, runs) in [(1, 10, 7), (10, 10, 3), (100, 10, 1), (1, 500, 1)] {
+            let (mut ours, mut base) = (vec![], vec![]);
+            let (mut server_ours, mut server_base) = (0.0, 0.0);
+            let mut spent = Scrape::default();
+            let profiled = m > 1 && runs == 1;
+            let mut profile = if profiled { Some(Profile::start(self.pid, &crate::out_dir()?).await) } else { None };
+            for run in 0..runs {
+                let (server, scrape) = (self.server_cpu()?, self.metrics().await?);
+                ours.push(self.time_to_running(&format!("r{m}x{n}-{run}"), m, n).await?);
+                if let Some(started) = profile.take() {
+                    let summary = match started {
+                        Ok(p) => p.finish(15).await,
+                        Err(why) => Err(why),
+                    };
+                    profiles.push((format!("{m} job(s) x {n} collectors"), summary));
+                }
+                server_ours += self.server_cpu()? - server;
+                spent.add(&self.metrics().await?.since(&scrape));
+                let server = self.server_cpu()?;
+                base.push(self.baseline(&format!("b{m}x{n}-{run}"), m, n).await?);
+                server_base += self.server_cpu()? - server;
+            }
+            let (ours, base) = (median(&mut ours), median(&mut base));
             let ratio = ours.as_secs_f64() / base.as_secs_f64();
             let scenario = format!("{m} job(s) x {n} collectors");
+            let jobs = (m * runs) as f64;
+            let runs_note = if runs > 1 { format!(", median of {runs}") } else { String::new() };
             rows.push(Row {
-                figure: format!("time to running, {scenario}"),
-                value: format!("{:.2} s", ours.as_secs_f64()),
-                baseline: format!("{:.2} s (plain client, same objects)", base.as_secs_f64()),
+                figure: format!("time to running, {scenario}{runs_note}"),
+                value: format!("{:.3} s", ours.as_secs_f64()),
+                baseline: format!("{:.3} s (plain client, same objects)", base.as_secs_f64()),
                 ratio: Some(ratio),
                 goal: "ratio <= 1.15".into(),
                 met: Some(ratio <= 1.15),
@@ -219,7 +268,7 @@ impl Bench {
             // The least a job can cost: one create per pod, service and RBAC object, and one
             // status write per phase (Created, Running).
             let minimum = (2 * (n + 1) + 3 + 2) as f64;
-            let requests = spent.sum("di_orchestrator_api_requests_total{") / m as f64;
+            let requests = spent.sum("di_orchestrator_api_requests_total{") / jobs;
             rows.push(Row {
                 figure: format!("API requests per job, {scenario}"),
                 value: format!("{requests:.1}"),
@@ -228,8 +277,8 @@ impl Bench {
                 goal: "ratio <= 1.5".into(),
                 met: Some(requests / minimum <= 1.5),
             });
-            let writes = spent.sum("di_orchestrator_status_writes_total") / m as f64;
-            let passes = spent.sum("di_orchestrator_reconciles_total") / m as f64;
+            let writes = spent.sum("di_orchestrator_status_writes_total") / jobs;
+            let passes = spent.sum("di_orchestrator_reconciles_total") / jobs;
             rows.push(Row {
                 figure: format!("status writes and passes per job, {scenario}"),
                 value: format!("{writes:.1} writes, {passes:.1} passes"),
@@ -238,14 +287,127 @@ impl Bench {
                 goal: "-".into(),
                 met: None,
             });
+            rows.push(Row {
+                figure: format!("API server and etcd CPU, {scenario}, all runs"),
+                value: format!("{server_ours:.2} s"),
+                baseline: format!("{server_base:.2} s (plain client)"),
+                ratio: Some(server_ours / server_base),
+                goal: "-".into(),
+                met: None,
+            });
             waits.push((scenario, spent.request_time()));
         }
         Ok(())
     }
 
-    /// Memory with many managed pods, then with many more pods the orchestrator must not cache.
+    /// CPU seconds the API server and etcd have used so far.
+    fn server_cpu(&self) -> anyhow::Result<f64> {
+        self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()
+    }
+
+    /// `POST /replicas` for 1 and 10 more collectors, from the request to the answer with their
+    /// URLs, against the reconciler's own time to create the same pods when the job's spec is
+    /// changed directly. Medians of a few runs.
+    async fn replicas(&self, cluster: &TestCluster, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+        const RUNS: usize = 3;
+        let (job, ns) = ("scaler", self.jobs_ns.clone());
+        self.time_to_running(job, 1, 1).await?;
+        let job = format!("{job}-0");
+        let sidecar = Sidecar::start(cluster, &ns, &job).await;
+        let url = format!("{}/v1alpha1/replicas", sidecar.url);
+        let http = reqwest::Client::new();
+        for _ in 0..100 {
+            if http.get(format!("{}/healthz", sidecar.url)).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &ns);
+        let mut collectors = 1;
+        for add in [1, 10] {
+            let (mut endpoint, mut reconciler) = (vec![], vec![]);
+            for _ in 0..RUNS {
+                self.settle(&jobs, &job, collectors).await?;
+                let start = Instant::now();
+                let body = json!({"namespace": ns, "coordinator": format!("{job}-coordinator"), "collectors": {"replicas": add}});
+                let reply: serde_json::Value = http.post(&url).json(&body).send().await?.json().await?;
+                endpoint.push(start.elapsed());
+                let urls = reply["data"]["collectors"].as_array().map_or(0, Vec::len);
+                if reply["success"] != true || urls != add {
+                    bail!("the replica endpoint answered {reply}\n{}", sidecar.log());
+                }
+                collectors += add;
+
+                self.settle(&jobs, &job, collectors).await?;
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+                let want = collectors + add + 1;
+                let created = watch_until(pods, &format!("{}={job}", labels::JOB_NAME), move |all: &[Arc<Pod>]| {
+                    all.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == want
+                })
+                .await?;
+                let start = Instant::now();
+                let scale = json!({"spec": {"collector": {"replicas": collectors + add}}});
+                jobs.patch(&job, &PatchParams::default(), &Patch::Merge(&scale)).await?;
+                let done = tokio::time::timeout(Duration::from_secs(60), created)
+                    .await
+                    .context("scaling by the spec")???;
+                reconciler.push(done - start);
+                collectors += add;
+            }
+            let (e, r) = (median(&mut endpoint), median(&mut reconciler));
+            let ratio = e.as_secs_f64() / r.as_secs_f64();
+            rows.push(Row {
+                figure: format!("replica endpoint, +{add} collector(s): request to answer with URLs"),
+                value: format!("{:.0} ms", e.as_secs_f64() * 1000.0),
+                baseline: format!("{:.0} ms (spec changed directly, until the pods exist)", r.as_secs_f64() * 1000.0),
+                ratio: Some(ratio),
+                goal: "-".into(),
+                met: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Waits until the job runs its `collectors` and its status says so, then a little longer,
+    /// so a measurement does not start in the wake of the one before.
+    async fn settle(&self, jobs: &Api<DIJob>, job: &str, collectors: usize) -> anyhow::Result<()> {
+        let want = format!("{collectors}/{collectors}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while jobs.get(job).await?.status.and_then(|s| s.collectors).as_deref() != Some(want.as_str()) {
+            if Instant::now() > deadline {
+                bail!("{job} did not settle at {want} collectors");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(())
+    }
+
+    /// Memory and CPU with 1,000 jobs and their 11,000 pods, then while and after 100,000 more
+    /// pods that are not the orchestrator's are created.
     async fn scale(&self, idle_rss: f64, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+        const WINDOW: Duration = Duration::from_secs(10);
+        let idle_cpu = self.cpu_percent(WINDOW).await?;
+        rows.push(Row {
+            figure: "orchestrator CPU, no jobs".into(),
+            value: format!("{idle_cpu:.2} % of a core"),
+            baseline: "-".into(),
+            ratio: None,
+            goal: "-".into(),
+            met: None,
+        });
+        let (m, n) = (1000, 10);
+        let took = self.time_to_running("s", m, n).await?;
         let managed = self.count_pods(&self.jobs_ns).await?;
+        rows.push(Row {
+            figure: format!("time to running, {m} jobs x {n} collectors"),
+            value: format!("{:.1} s", took.as_secs_f64()),
+            baseline: "-".into(),
+            ratio: None,
+            goal: "-".into(),
+            met: None,
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let scale_rss = rss_mib(self.pid)?;
         rows.push(Row {
             figure: format!("orchestrator RSS, {managed} managed pods"),
@@ -255,8 +417,21 @@ impl Bench {
             goal: "< 64 MiB at 10,000 pods".into(),
             met: Some(scale_rss < 64.0),
         });
-        let unrelated = 10_000;
+        let settled_cpu = self.cpu_percent(WINDOW).await?;
+        rows.push(Row {
+            figure: format!("orchestrator CPU, {managed} managed pods, settled"),
+            value: format!("{settled_cpu:.2} % of a core"),
+            baseline: "-".into(),
+            ratio: None,
+            goal: "-".into(),
+            met: None,
+        });
+
+        let unrelated = 100_000;
+        let before = cpu_seconds(self.pid)?;
+        let start = Instant::now();
         self.unrelated_pods(unrelated).await?;
+        let busy = 100.0 * (cpu_seconds(self.pid)? - before) / start.elapsed().as_secs_f64();
         tokio::time::sleep(Duration::from_secs(2)).await;
         let among = rss_mib(self.pid)?;
         rows.push(Row {
@@ -267,7 +442,22 @@ impl Bench {
             goal: "flat (ratio <= 1.05)".into(),
             met: Some(among / scale_rss <= 1.05),
         });
+        rows.push(Row {
+            figure: format!("orchestrator CPU while {unrelated} unrelated pods are created"),
+            value: format!("{busy:.2} % of a core"),
+            baseline: format!("{settled_cpu:.2} % settled"),
+            ratio: None,
+            goal: "-".into(),
+            met: None,
+        });
         Ok(())
+    }
+
+    /// The orchestrator's CPU use over `window`, in percent of one core.
+    async fn cpu_percent(&self, window: Duration) -> anyhow::Result<f64> {
+        let before = cpu_seconds(self.pid)?;
+        tokio::time::sleep(window).await;
+        Ok(100.0 * (cpu_seconds(self.pid)? - before) / window.as_secs_f64())
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {
@@ -302,11 +492,16 @@ impl Bench {
         .await?;
         let start = Instant::now();
         let mut creates = vec![];
+        let permits = Arc::new(Semaphore::new(SUBMITTERS));
         for i in 0..m {
-            let jobs = jobs.clone();
+            let (jobs, permits) = (jobs.clone(), permits.clone());
             let mut job = job(&format!("{prefix}-{i}"), n);
             job.labels_mut().insert(RUN_LABEL.into(), prefix.into());
-            creates.push(tokio::spawn(async move { jobs.create(&PostParams::default(), &job).await }));
+            creates.push(tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await?;
+                jobs.create(&PostParams::default(), &job).await?;
+                Ok::<_, anyhow::Error>(())
+            }));
         }
         for c in creates {
             c.await??;
@@ -467,6 +662,11 @@ fn job(name: &str, collectors: usize) -> DIJob {
         "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": collectors, "template": {"spec": pod}}},
     }))
     .expect("a valid job")
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
 }
 
 fn rss_mib(pid: u32) -> anyhow::Result<f64> {

@@ -9,6 +9,7 @@
 //! same objects (see `cluster`).
 
 mod cluster;
+mod profile;
 mod webhook;
 
 use std::path::PathBuf;
@@ -74,6 +75,13 @@ fn cluster_markdown(c: &cluster::ClusterReport) -> String {
                 1000.0 * t.seconds / t.count
             );
         }
+    }
+    for (scenario, profile) in &c.profiles {
+        text += &format!("\nWhere the orchestrator's CPU went (perf), {scenario}:\n\n");
+        text += &match profile {
+            Ok(table) => table.clone(),
+            Err(why) => format!("No profile: {why}.\n"),
+        };
     }
     if let Some(slope) = c.slope_ms_per_replica {
         text +=

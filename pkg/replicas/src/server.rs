@@ -1,5 +1,6 @@
 //! The replica endpoint's HTTP API (`/v1alpha1` and `/v1alpha2`), the I/O edge of `scale`.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use di_api::DIJob;
 use di_api::contract::{Role, annotations, labels};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
+use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -211,7 +213,8 @@ async fn scale_outcome(
 }
 
 /// Waits, bounded, until the named replicas exist (`present`) or are gone, and answers with
-/// their URLs. A learner with several GPUs appears as its aggregator.
+/// their URLs. A learner with several GPUs appears as its aggregator. The job's pods are listed
+/// once and then followed on a watch, so the answer comes as soon as the reconciler's pods do.
 async fn wait_for(
     endpoint: &Endpoint,
     job: &DIJob,
@@ -220,36 +223,85 @@ async fn wait_for(
     present: bool,
 ) -> Result<(Replicas, bool), ApiError> {
     let deadline = tokio::time::Instant::now() + endpoint.wait;
-    let aggregator_of = |learner: &str| learner.replacen("-learner-", "-aggregator-", 1);
-    loop {
-        let pods = endpoint.pods().await?;
-        let find = |name: &str| pods.iter().find(|p| p.name_any() == name && p.metadata.deletion_timestamp.is_none());
-        let found_collectors: Vec<&Pod> = collectors.iter().filter_map(|n| find(n)).collect();
-        let found_learners: Vec<&Pod> =
-            learners.iter().filter_map(|n| find(n).or_else(|| find(&aggregator_of(n)))).collect();
-        let done = if present {
-            found_collectors.len() == collectors.len() && found_learners.len() == learners.len()
-        } else {
-            found_collectors.is_empty() && found_learners.is_empty()
-        };
-        if done || tokio::time::Instant::now() >= deadline {
-            let url = |name: &String, found: &[&Pod], role: Role| {
-                found
-                    .iter()
-                    .find(|p| p.name_any() == *name || p.name_any() == aggregator_of(name))
-                    .map_or_else(|| scale::planned_url(job, name, role), |p| scale::url_of(p))
-            };
-            let mut answer = Replicas {
-                namespace: endpoint.scope.namespace.clone(),
-                coordinator: endpoint.scope.coordinator(),
-                ..Default::default()
-            };
-            answer.collectors = collectors.iter().map(|n| url(n, &found_collectors, Role::Collector)).collect();
-            answer.learners = learners.iter().map(|n| url(n, &found_learners, Role::Learner)).collect();
-            return Ok((answer, done));
+    let api: Api<Pod> = Api::namespaced(endpoint.client.clone(), &endpoint.scope.namespace);
+    let selector = format!("{}={}", labels::JOB_NAME, endpoint.scope.job);
+    let answer = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, collectors, learners, present, pods);
+    'relist: loop {
+        let list = api.list(&ListParams::default().labels(&selector)).await.map_err(internal)?;
+        let mut version = list.metadata.resource_version.unwrap_or_default();
+        let mut pods: BTreeMap<String, Pod> = list.items.into_iter().map(|p| (p.name_any(), p)).collect();
+        loop {
+            let (replicas, done) = answer(&pods);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if done || left.is_zero() {
+                return Ok((replicas, done));
+            }
+            // The server ends the watch by then, so a dropped connection cannot hang the answer.
+            let params = WatchParams::default().labels(&selector).timeout(left.as_secs().clamp(1, 290) as u32);
+            let mut events = api.watch(&params, &version).await.map_err(internal)?.boxed();
+            loop {
+                let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
+                    Err(_) => return Ok(answer(&pods)),
+                    Ok(Ok(Some(event))) => event,
+                    // The watch ended: watch again from where it was.
+                    Ok(Ok(None)) | Ok(Err(_)) => break,
+                };
+                match event {
+                    WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+                        version = pod.resource_version().unwrap_or(version);
+                        pods.insert(pod.name_any(), pod);
+                    }
+                    WatchEvent::Deleted(pod) => {
+                        version = pod.resource_version().unwrap_or(version);
+                        pods.remove(&pod.name_any());
+                    }
+                    WatchEvent::Bookmark(mark) => version = mark.metadata.resource_version,
+                    // Most likely the version is too old to watch from: start over.
+                    WatchEvent::Error(_) => continue 'relist,
+                }
+                let (replicas, done) = answer(&pods);
+                if done {
+                    return Ok((replicas, done));
+                }
+            }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The URLs of the named replicas, found among `pods` or planned, and whether every one of them
+/// exists (`present`) or none does.
+fn answer(
+    endpoint: &Endpoint,
+    job: &DIJob,
+    collectors: &[String],
+    learners: &[String],
+    present: bool,
+    pods: &BTreeMap<String, Pod>,
+) -> (Replicas, bool) {
+    let aggregator_of = |learner: &str| learner.replacen("-learner-", "-aggregator-", 1);
+    let find = |name: &str| pods.get(name).filter(|p| p.metadata.deletion_timestamp.is_none());
+    let found_collectors: Vec<&Pod> = collectors.iter().filter_map(|n| find(n)).collect();
+    let found_learners: Vec<&Pod> =
+        learners.iter().filter_map(|n| find(n).or_else(|| find(&aggregator_of(n)))).collect();
+    let done = if present {
+        found_collectors.len() == collectors.len() && found_learners.len() == learners.len()
+    } else {
+        found_collectors.is_empty() && found_learners.is_empty()
+    };
+    let url = |name: &String, found: &[&Pod], role: Role| {
+        found
+            .iter()
+            .find(|p| p.name_any() == *name || p.name_any() == aggregator_of(name))
+            .map_or_else(|| scale::planned_url(job, name, role), |p| scale::url_of(p))
+    };
+    let mut replicas = Replicas {
+        namespace: endpoint.scope.namespace.clone(),
+        coordinator: endpoint.scope.coordinator(),
+        ..Default::default()
+    };
+    replicas.collectors = collectors.iter().map(|n| url(n, &found_collectors, Role::Collector)).collect();
+    replicas.learners = learners.iter().map(|n| url(n, &found_learners, Role::Learner)).collect();
+    (replicas, done)
 }
 
 async fn failed(

@@ -118,6 +118,12 @@ impl ControlPlane {
         admin_client(&self.kubeconfig).await
     }
 
+    /// Process id of one of its processes (`etcd`, `kube-apiserver`, `kube-controller-manager`),
+    /// for measuring what it spends.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.iter().find(|(n, _)| *n == name).and_then(|(_, child)| child.id())
+    }
+
     /// Stops every process and removes the run's folder.
     pub async fn stop(mut self) {
         for (_, child) in self.children.iter_mut().rev() {
