@@ -1,21 +1,23 @@
 //! The I/O edge of the reconciler: watches DIJobs and the pods and services they own, feeds each
 //! pass the world from the caches, writes the status and carries out the plan's actions.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::annotations;
+use di_api::contract::{annotations, labels};
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -125,12 +127,18 @@ pub async fn run(
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<DIJob>(&client, options.namespace.as_deref());
-    let controller = Controller::new(jobs, watcher::Config::default().any_semantic());
+    let (job_store, job_writer) = reflector::store();
+    let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|job: &mut DIJob| job.metadata.managed_fields = None)
+        .reflect(job_writer)
+        .touched_objects();
+    let controller = Controller::for_stream(job_stream, job_store);
     let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
     controller
         .with_config(config)
-        .owns_stream(pod_stream)
-        .owns_stream(service_stream)
+        .watches_stream(pod_stream, job_of)
+        .watches_stream(service_stream, job_of)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -158,25 +166,54 @@ async fn count_jobs_by_phase(jobs: Store<DIJob>, metrics: Arc<Metrics>) {
     }
 }
 
-/// Only what a pass reads of a pod is cached: no spec, no managed fields.
+/// Only what a pass reads of a pod is cached: its identity, the labels that say whose it is, and
+/// the phase and readiness. With thousands of pods this is most of the orchestrator's memory.
 fn slim_pod(pod: &mut Pod) {
     pod.spec = None;
-    pod.metadata.managed_fields = None;
+    slim_metadata(&mut pod.metadata, &[labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX], &[]);
     if let Some(status) = pod.status.take() {
+        let ready = status.conditions.into_iter().flatten().filter(|c| c.type_ == "Ready");
+        let ready = ready.map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() });
         pod.status = Some(PodStatus {
             phase: status.phase,
-            conditions: status.conditions,
+            conditions: Some(ready.collect()),
             message: status.message,
             reason: status.reason,
-            pod_ip: status.pod_ip,
             ..Default::default()
         });
     }
 }
 
+/// A service is read for its name and the restart counts on it.
 fn slim_service(service: &mut Service) {
     service.spec = None;
-    service.metadata.managed_fields = None;
+    service.status = None;
+    let kept = [annotations::RESTARTS, annotations::LAST_FAILED_UID, annotations::RESTART_AFTER];
+    slim_metadata(&mut service.metadata, &[labels::JOB_NAME], &kept);
+}
+
+fn slim_metadata(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&str]) {
+    let keep = |map: Option<BTreeMap<String, String>>, keys: &[&str]| {
+        let kept: BTreeMap<String, String> =
+            map.into_iter().flatten().filter(|(k, _)| keys.contains(&k.as_str())).collect();
+        (!kept.is_empty()).then_some(kept)
+    };
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        deletion_timestamp: meta.deletion_timestamp.take(),
+        labels: keep(meta.labels.take(), keep_labels),
+        annotations: keep(meta.annotations.take(), keep_annotations),
+        ..Default::default()
+    };
+}
+
+/// The job an object belongs to, by its label: the trigger of a pass when the object changes.
+fn job_of<K: Resource>(object: K) -> Option<ObjectRef<DIJob>> {
+    let job = object.labels().get(labels::JOB_NAME)?;
+    Some(ObjectRef::new(job).within(&object.namespace()?))
 }
 
 fn error_policy(job: Arc<DIJob>, error: &Error, ctx: Arc<Context>) -> Requeue {
@@ -590,6 +627,38 @@ mod tests {
                     .map_or_else(|| path.rsplit('/').next().unwrap().to_owned(), str::to_owned)
             })
             .collect()
+    }
+
+    #[test]
+    fn the_caches_keep_what_a_pass_reads_and_no_more() {
+        let job = job(1, "Running", None);
+        let (mut pods, mut services) = world(&job, |_| "Running");
+        let mut pod = pods.remove(1);
+        pod.annotations_mut().insert("note".into(), "x".repeat(1000));
+        pod.labels_mut().insert("team".into(), "rl".into());
+        pod.status = Some(
+            serde_json::from_value(json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "long"},
+                {"type": "PodScheduled", "status": "True"}]}))
+            .unwrap(),
+        );
+        let (role, index) = (status::role_of(&pod), pod.labels().get(labels::REPLICA_INDEX).cloned());
+        slim_pod(&mut pod);
+        assert_eq!((status::role_of(&pod), pod.labels().get(labels::REPLICA_INDEX).cloned()), (role, index));
+        assert!(status::is_ready(&pod));
+        assert_eq!(pod.labels().len(), 3, "job, role and index: {:?}", pod.labels());
+        assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!((status.pod_ip.as_deref(), status.conditions.as_ref().map(Vec::len)), (None, Some(1)));
+        assert_eq!(job_of(pod.clone()), Some(ObjectRef::new("job").within("ns")));
+
+        let mut service = services.remove(0);
+        service.annotations_mut().insert(annotations::RESTARTS.into(), "2".into());
+        service.annotations_mut().insert("other".into(), "y".into());
+        slim_service(&mut service);
+        assert!(service.spec.is_none());
+        assert_eq!(service.annotations().keys().collect::<Vec<_>>(), [annotations::RESTARTS]);
+        assert_eq!(job_of(service), Some(ObjectRef::new("job").within("ns")));
     }
 
     #[tokio::test]

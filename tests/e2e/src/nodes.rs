@@ -60,6 +60,9 @@ impl Nodes {
     }
 }
 
+/// Pods the simulated nodes start at once.
+const KUBELETS: usize = 16;
+
 /// The local control plane's kubelet: every new pod of a namespace is Running and Ready at once.
 pub struct SimulatedNodes {
     client: Client,
@@ -71,14 +74,22 @@ impl SimulatedNodes {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let runner = pods.clone();
         let task = tokio::spawn(async move {
-            let mut events = watcher(pods, watcher::Config::default()).default_backoff().applied_objects().boxed();
-            while let Some(Ok(pod)) = events.next().await {
-                let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending");
-                if pending && pod.metadata.deletion_timestamp.is_none() {
-                    // A pod deleted meanwhile is no error: it is simply gone.
-                    let _ = set_status(&runner, &pod, running_status(&pod)).await;
-                }
-            }
+            let events = watcher(pods, watcher::Config::default()).default_backoff().applied_objects();
+            // Many kubelets start pods at once: a burst of thousands must not queue behind one.
+            events
+                .take_while(|event| std::future::ready(event.is_ok()))
+                .for_each_concurrent(KUBELETS, |pod| {
+                    let runner = runner.clone();
+                    async move {
+                        let Ok(pod) = pod else { return };
+                        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                        if phase.is_none_or(|p| p == "Pending") && pod.metadata.deletion_timestamp.is_none() {
+                            // A pod deleted meanwhile is no error: it is simply gone.
+                            let _ = set_status(&runner, &pod, running_status(&pod)).await;
+                        }
+                    }
+                })
+                .await;
         });
         Arc::new(SimulatedNodes { client, task })
     }
