@@ -5,38 +5,35 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
-use di_api::contract::labels;
+use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::Event;
-use kube::{Resource, ResourceExt};
+
+use crate::view::JobMember;
 
 /// A job, by namespace and name.
 type JobKey = (String, String);
 
+/// Names of each job's objects. An object relabelled to another job (nobody does that to
+/// managed objects) leaves a stale name behind, which reads skip, until the next relist.
 #[derive(Default)]
-struct Entries {
-    by_job: HashMap<JobKey, BTreeSet<String>>,
-    /// The job each object was filed under, so a relabelled or deleted object is unfiled.
-    job_of: HashMap<(String, String), JobKey>,
-}
+struct Entries(HashMap<JobKey, BTreeSet<String>>);
 
 impl Entries {
-    fn file<K: Resource>(&mut self, object: &K) {
-        let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
-        self.unfile(&namespace, &name);
-        if let Some(job) = object.labels().get(labels::JOB_NAME) {
-            let key = (namespace.clone(), job.clone());
-            self.by_job.entry(key.clone()).or_default().insert(name.clone());
-            self.job_of.insert((namespace, name), key);
+    fn file<K: JobMember>(&mut self, object: &K) {
+        if let Some(job) = object.job() {
+            let key = (object.namespace().unwrap_or_default(), job.to_owned());
+            self.0.entry(key).or_default().insert(object.name_any());
         }
     }
 
-    fn unfile(&mut self, namespace: &str, name: &str) {
-        let Some(key) = self.job_of.remove(&(namespace.to_owned(), name.to_owned())) else { return };
-        if let Some(names) = self.by_job.get_mut(&key) {
-            names.remove(name);
+    fn unfile<K: JobMember>(&mut self, object: &K) {
+        let Some(job) = object.job() else { return };
+        let key = (object.namespace().unwrap_or_default(), job.to_owned());
+        if let Some(names) = self.0.get_mut(&key) {
+            names.remove(&object.name_any());
             if names.is_empty() {
-                self.by_job.remove(&key);
+                self.0.remove(&key);
             }
         }
     }
@@ -55,11 +52,11 @@ pub struct JobIndex(Arc<RwLock<State>>);
 
 impl JobIndex {
     /// Follows one watch event, as the cache's writer does.
-    pub fn apply<K: Resource>(&self, event: &Event<K>) {
+    pub fn apply<K: JobMember>(&self, event: &Event<K>) {
         let mut state = self.0.write().expect("index lock");
         match event {
             Event::Apply(object) => state.current.file(object),
-            Event::Delete(object) => state.current.unfile(&object.namespace().unwrap_or_default(), &object.name_any()),
+            Event::Delete(object) => state.current.unfile(object),
             Event::Init => state.relisting = Some(Entries::default()),
             Event::InitApply(object) => state.relisting.get_or_insert_with(Entries::default).file(object),
             Event::InitDone => {
@@ -73,16 +70,18 @@ impl JobIndex {
     /// The cached objects of a job.
     pub fn objects<K>(&self, store: &Store<K>, namespace: &str, job: &str) -> Vec<Arc<K>>
     where
-        K: Resource<DynamicType = ()> + Clone + 'static,
+        K: JobMember<DynamicType = ()> + Clone + 'static,
     {
         let state = self.0.read().expect("index lock");
-        let Some(names) = state.current.by_job.get(&(namespace.to_owned(), job.to_owned())) else { return vec![] };
-        names.iter().filter_map(|name| store.get(&ObjectRef::new(name).within(namespace))).collect()
+        let Some(names) = state.current.0.get(&(namespace.to_owned(), job.to_owned())) else { return vec![] };
+        let cached = names.iter().filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)));
+        cached.filter(|object| object.job() == Some(job)).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use di_api::contract::labels;
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::reflector;
     use serde_json::json;

@@ -9,3 +9,4 @@ pub mod pace;
 pub mod plan;
 pub mod reconciler;
 pub mod status;
+pub mod view;

@@ -1,18 +1,16 @@
 //! The I/O edge of the reconciler: watches DIJobs and the pods and services they own, feeds each
 //! pass the world from the caches, writes the status and carries out the plan's actions.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::{annotations, labels};
+use di_api::contract::annotations;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as Requeue, Controller};
@@ -31,6 +29,7 @@ use crate::pace;
 use crate::pace::{Pacer, Write};
 use crate::plan::{self, Action, Why, World};
 use crate::status::{self, Facts};
+use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Field manager of everything the reconciler writes.
 pub const MANAGER: &str = "di-orchestrator";
@@ -46,8 +45,8 @@ pub enum Error {
 /// Everything a pass needs besides the job.
 pub struct Context {
     pub client: Client,
-    pub pods: Store<Pod>,
-    pub services: Store<Service>,
+    pub pods: Store<PodView>,
+    pub services: Store<ServiceView>,
     /// Which cached pods and services are whose.
     pub pod_index: JobIndex,
     pub service_index: JobIndex,
@@ -93,9 +92,9 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store();
     let (pod_index, service_index) = (JobIndex::default(), JobIndex::default());
     let namespace = options.namespace.as_deref();
-    let pod_stream = watcher(api::<Pod>(&client, namespace), selector.clone())
+    let pod_stream = watcher(api::<PodView>(&client, namespace), selector.clone())
         .default_backoff()
-        .modify(slim_pod)
+        .modify(PodView::slim)
         .reflect(pod_writer)
         .inspect({
             let index = pod_index.clone();
@@ -103,9 +102,9 @@ pub async fn run(
         })
         .touched_objects();
     let (services, service_writer) = reflector::store();
-    let service_stream = watcher(api::<Service>(&client, namespace), selector)
+    let service_stream = watcher(api::<ServiceView>(&client, namespace), selector)
         .default_backoff()
-        .modify(slim_service)
+        .modify(ServiceView::slim)
         .reflect(service_writer)
         .inspect({
             let index = service_index.clone();
@@ -126,11 +125,11 @@ pub async fn run(
         pacer: Pacer::new(options.status_period),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
-    let jobs = api::<DIJob>(&client, options.namespace.as_deref());
+    let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
     let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
         .default_backoff()
-        .modify(|job: &mut DIJob| job.metadata.managed_fields = None)
+        .modify(JobView::slim)
         .reflect(job_writer)
         .touched_objects();
     let controller = Controller::for_stream(job_stream, job_store);
@@ -151,7 +150,7 @@ pub async fn run(
 }
 
 /// Keeps the jobs-by-phase gauge current from the controller's own cache of DIJobs.
-async fn count_jobs_by_phase(jobs: Store<DIJob>, metrics: Arc<Metrics>) {
+async fn count_jobs_by_phase(jobs: Store<JobView>, metrics: Arc<Metrics>) {
     const PHASES: [Phase; 5] = [Phase::Created, Phase::Running, Phase::Succeeded, Phase::Failed, Phase::Unknown];
     loop {
         let state = jobs.state();
@@ -166,71 +165,34 @@ async fn count_jobs_by_phase(jobs: Store<DIJob>, metrics: Arc<Metrics>) {
     }
 }
 
-/// Only what a pass reads of a pod is cached: its identity, the labels that say whose it is, and
-/// the phase and readiness. With thousands of pods this is most of the orchestrator's memory.
-fn slim_pod(pod: &mut Pod) {
-    pod.spec = None;
-    slim_metadata(&mut pod.metadata, &[labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX], &[]);
-    if let Some(status) = pod.status.take() {
-        let ready = status.conditions.into_iter().flatten().filter(|c| c.type_ == "Ready");
-        let ready = ready.map(|c| PodCondition { type_: c.type_, status: c.status, ..Default::default() });
-        pod.status = Some(PodStatus {
-            phase: status.phase,
-            conditions: Some(ready.collect()),
-            message: status.message,
-            reason: status.reason,
-            ..Default::default()
-        });
-    }
-}
-
-/// A service is read for its name and the restart counts on it.
-fn slim_service(service: &mut Service) {
-    service.spec = None;
-    service.status = None;
-    let kept = [annotations::RESTARTS, annotations::LAST_FAILED_UID, annotations::RESTART_AFTER];
-    slim_metadata(&mut service.metadata, &[labels::JOB_NAME], &kept);
-}
-
-fn slim_metadata(meta: &mut ObjectMeta, keep_labels: &[&str], keep_annotations: &[&str]) {
-    let keep = |map: Option<BTreeMap<String, String>>, keys: &[&str]| {
-        let kept: BTreeMap<String, String> =
-            map.into_iter().flatten().filter(|(k, _)| keys.contains(&k.as_str())).collect();
-        (!kept.is_empty()).then_some(kept)
-    };
-    *meta = ObjectMeta {
-        name: meta.name.take(),
-        namespace: meta.namespace.take(),
-        uid: meta.uid.take(),
-        resource_version: meta.resource_version.take(),
-        deletion_timestamp: meta.deletion_timestamp.take(),
-        labels: keep(meta.labels.take(), keep_labels),
-        annotations: keep(meta.annotations.take(), keep_annotations),
-        ..Default::default()
-    };
-}
-
 /// The job an object belongs to, by its label: the trigger of a pass when the object changes.
-fn job_of<K: Resource>(object: K) -> Option<ObjectRef<DIJob>> {
-    let job = object.labels().get(labels::JOB_NAME)?;
-    Some(ObjectRef::new(job).within(&object.namespace()?))
+fn job_of<K: JobMember>(object: K) -> Option<ObjectRef<JobView>> {
+    Some(ObjectRef::new(object.job()?).within(&object.namespace()?))
 }
 
-fn error_policy(job: Arc<DIJob>, error: &Error, ctx: Arc<Context>) -> Requeue {
+fn error_policy(job: Arc<JobView>, error: &Error, ctx: Arc<Context>) -> Requeue {
     ctx.metrics.reconcile_errors.inc();
     warn!(job = %job.name_any(), namespace = ?job.namespace(), "reconcile failed: {error}");
     Requeue::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let _timer = ctx.metrics.reconcile_started();
-    if job.metadata.deletion_timestamp.is_some() {
+    if view.metadata.deletion_timestamp.is_some() {
         // Everything the job owns goes with it through garbage collection.
         return Ok(Requeue::await_change());
     }
-    let namespace = job.namespace().unwrap_or_default();
-    let name = job.name_any();
-    let mut job = (*job).clone();
+    let namespace = view.namespace().unwrap_or_default();
+    let name = view.name_any();
+    let mut job = match view.to_job() {
+        Ok(job) => job,
+        Err(e) => {
+            // Only a spec the API server's schema let through but the types cannot read.
+            let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
+            mark_failed(&ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
     default_dijob(&mut job);
 
     if let Err(errors) = validate_dijob(&job) {
@@ -240,10 +202,11 @@ async fn reconcile(job: Arc<DIJob>, ctx: Arc<Context>) -> Result<Requeue, Error>
         return Ok(Requeue::await_change());
     }
 
-    let pods = ctx.pod_index.objects(&ctx.pods, &namespace, &name);
-    let services = ctx.service_index.objects(&ctx.services, &namespace, &name);
-    let job_pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
-    let job_services: Vec<&Service> = services.iter().map(|s| s.as_ref()).collect();
+    let pods: Vec<Pod> = ctx.pod_index.objects(&ctx.pods, &namespace, &name).iter().map(|p| p.to_pod()).collect();
+    let services: Vec<Service> =
+        ctx.service_index.objects(&ctx.services, &namespace, &name).iter().map(|s| s.to_service()).collect();
+    let job_pods: Vec<&Pod> = pods.iter().collect();
+    let job_services: Vec<&Service> = services.iter().collect();
 
     let (aggregator_config, missing) = aggregator_config(&ctx, &job).await?;
     let world = World {
@@ -556,10 +519,19 @@ mod tests {
         (Client::new(service, "default"), recorded)
     }
 
+    fn view_of(job: &DIJob) -> Arc<JobView> {
+        Arc::new(serde_json::from_str(&serde_json::to_string(job).unwrap()).unwrap())
+    }
+
     fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {
         let (pod_store, mut pod_writer) = reflector::store();
         let pod_index = JobIndex::default();
+        fn view<V: serde::de::DeserializeOwned>(object: impl serde::Serialize) -> V {
+            serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
+        }
         for pod in pods {
+            let mut pod: PodView = view(pod);
+            pod.slim();
             let event = watcher::Event::Apply(pod);
             pod_writer.apply_watcher_event(&event);
             pod_index.apply(&event);
@@ -567,6 +539,8 @@ mod tests {
         let (service_store, mut service_writer) = reflector::store();
         let service_index = JobIndex::default();
         for service in services {
+            let mut service: ServiceView = view(service);
+            service.slim();
             let event = watcher::Event::Apply(service);
             service_writer.apply_watcher_event(&event);
             service_index.apply(&event);
@@ -630,42 +604,19 @@ mod tests {
     }
 
     #[test]
-    fn the_caches_keep_what_a_pass_reads_and_no_more() {
+    fn objects_trigger_the_job_their_label_names() {
         let job = job(1, "Running", None);
-        let (mut pods, mut services) = world(&job, |_| "Running");
-        let mut pod = pods.remove(1);
-        pod.annotations_mut().insert("note".into(), "x".repeat(1000));
-        pod.labels_mut().insert("team".into(), "rl".into());
-        pod.status = Some(
-            serde_json::from_value(json!({"phase": "Running", "podIP": "10.0.0.1", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "long"},
-                {"type": "PodScheduled", "status": "True"}]}))
-            .unwrap(),
-        );
-        let (role, index) = (status::role_of(&pod), pod.labels().get(labels::REPLICA_INDEX).cloned());
-        slim_pod(&mut pod);
-        assert_eq!((status::role_of(&pod), pod.labels().get(labels::REPLICA_INDEX).cloned()), (role, index));
-        assert!(status::is_ready(&pod));
-        assert_eq!(pod.labels().len(), 3, "job, role and index: {:?}", pod.labels());
-        assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());
-        let status = pod.status.as_ref().unwrap();
-        assert_eq!((status.pod_ip.as_deref(), status.conditions.as_ref().map(Vec::len)), (None, Some(1)));
-        assert_eq!(job_of(pod.clone()), Some(ObjectRef::new("job").within("ns")));
-
-        let mut service = services.remove(0);
-        service.annotations_mut().insert(annotations::RESTARTS.into(), "2".into());
-        service.annotations_mut().insert("other".into(), "y".into());
-        slim_service(&mut service);
-        assert!(service.spec.is_none());
-        assert_eq!(service.annotations().keys().collect::<Vec<_>>(), [annotations::RESTARTS]);
-        assert_eq!(job_of(service), Some(ObjectRef::new("job").within("ns")));
+        let (pods, services) = world(&job, |_| "Running");
+        assert_eq!(job_of(pods[0].clone()), Some(ObjectRef::new("job").within("ns")));
+        assert_eq!(job_of(services[0].clone()), Some(ObjectRef::new("job").within("ns")));
+        assert_eq!(job_of(Pod::default()), None);
     }
 
     #[tokio::test]
     async fn first_reconcile_creates_the_coordinator_and_its_service() {
         let job = job(0, "Running", None);
         let (client, recorded) = fake_api_server(&job);
-        let requeue = reconcile(Arc::new(job.clone()), context(client, vec![], vec![])).await.unwrap();
+        let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
         assert_eq!(calls(&recorded, "POST", "services"), vec!["job-coordinator"]);
         assert_eq!(calls(&recorded, "POST", "pods"), vec!["job-coordinator"]);
         assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
@@ -686,7 +637,7 @@ mod tests {
 
         let (pods, services) = world(&job, |_| "Pending");
         let (client, recorded) = fake_api_server(&job);
-        reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+        reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
         let writes = status_writes(&recorded);
         assert_eq!(writes.len(), 1);
         assert_eq!(writes[0]["status"]["phase"], "Created");
@@ -710,7 +661,7 @@ mod tests {
         job.status = Some(plan::plan(&defaulted, &world, &ctx.settings, ctx.restart_backoff).unwrap().status);
 
         let (client, recorded) = fake_api_server(&job);
-        reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+        reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
         let writes: Vec<_> = recorded
             .lock()
             .unwrap()
@@ -732,7 +683,7 @@ mod tests {
             let job = job(2, policy, Some(Phase::Running));
             let (pods, services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
             let (client, recorded) = fake_api_server(&job);
-            reconcile(Arc::new(job), context(client, pods, services)).await.unwrap();
+            reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
             let mut deleted = calls(&recorded, "DELETE", "pods");
             deleted.sort();
             want.sort();
@@ -753,7 +704,7 @@ mod tests {
     async fn an_invalid_job_is_marked_failed_once() {
         let job = job(-1, "Running", None);
         let (client, recorded) = fake_api_server(&job);
-        let requeue = reconcile(Arc::new(job.clone()), context(client, vec![], vec![])).await.unwrap();
+        let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
         assert_eq!(requeue, Requeue::await_change());
         let status: Vec<Value> = recorded
             .lock()

@@ -1,0 +1,305 @@
+//! What the caches keep of the pods and services the orchestrator manages. A `Pod` struct is
+//! about 2.5 KiB before any of its fields is set, so caching thousands of them, even emptied,
+//! costs tens of MiB; these views are read straight from the watch's JSON (everything else is
+//! skipped while parsing) and hold only what a pass reads. A pass turns its own job's few views
+//! back into `Pod`s and `Service`s for the pure code.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use di_api::contract::{annotations, labels};
+use di_api::{DIJob, DIJobStatus};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// A DIJob as cached: its spec kept as the JSON text it arrived as. Typed, a job is about 11 KiB
+/// before its strings (a `PodTemplateSpec` is 1.8 KiB and a `Container` 2.1 KiB with no field
+/// set); as text a typical one is a few hundred bytes. A pass parses its own job's spec.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct JobView {
+    pub metadata: ObjectMeta,
+    pub spec: Box<RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<DIJobStatus>,
+}
+
+impl Resource for JobView {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        DIJob::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        DIJob::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        DIJob::version(&())
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        DIJob::api_version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        DIJob::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl JobView {
+    /// Drops what no pass reads.
+    pub fn slim(&mut self) {
+        self.metadata.managed_fields = None;
+    }
+
+    /// The typed job; a spec the types cannot read is an error that names the field.
+    pub fn to_job(&self) -> Result<DIJob, serde_json::Error> {
+        let spec = serde_json::from_str(self.spec.get())?;
+        Ok(DIJob { metadata: self.metadata.clone(), spec, status: self.status.clone() })
+    }
+}
+
+/// The labels a pass reads of a pod: job, role and replica index.
+const POD_LABELS: [&str; 3] = [labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX];
+
+/// A managed pod: identity, whose it is, and how it runs.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct PodView {
+    pub metadata: ObjectMeta,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodViewStatus>,
+    /// The values of `POD_LABELS`, moved out of `metadata` by `slim`: a map of three costs
+    /// about 700 bytes, more than the rest of the view.
+    #[serde(skip)]
+    pub kept_labels: [Option<String>; 3],
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct PodViewStatus {
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub conditions: Vec<ConditionView>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ConditionView {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+/// A managed service: only its metadata is read.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct ServiceView {
+    pub metadata: ObjectMeta,
+    /// Its job label, moved out of `metadata` by `slim`.
+    #[serde(skip)]
+    pub job: Option<String>,
+}
+
+/// An object that belongs to a job by its job label.
+pub trait JobMember: Resource {
+    fn job(&self) -> Option<&str> {
+        self.meta().labels.as_ref()?.get(labels::JOB_NAME).map(String::as_str)
+    }
+}
+
+impl JobMember for Pod {}
+impl JobMember for Service {}
+
+impl JobMember for PodView {
+    fn job(&self) -> Option<&str> {
+        self.kept_labels[0].as_deref()
+    }
+}
+
+impl JobMember for ServiceView {
+    fn job(&self) -> Option<&str> {
+        self.job.as_deref()
+    }
+}
+
+macro_rules! core_v1_resource {
+    ($view:ty, $kind:literal, $plural:literal) => {
+        impl Resource for $view {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                "".into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                "v1".into()
+            }
+            fn api_version(_: &()) -> Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+core_v1_resource!(PodView, "Pod", "pods");
+core_v1_resource!(ServiceView, "Service", "services");
+
+impl PodView {
+    /// Keeps only the Ready condition and the metadata a pass reads.
+    pub fn slim(&mut self) {
+        let mut labels = slim_metadata(&mut self.metadata, &[]);
+        self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
+        if let Some(status) = &mut self.status {
+            status.conditions.retain(|c| c.type_ == "Ready");
+        }
+    }
+
+    pub fn to_pod(&self) -> Pod {
+        let labels = POD_LABELS.iter().zip(&self.kept_labels);
+        let labels: BTreeMap<String, String> = labels.filter_map(|(k, v)| Some((k.to_string(), v.clone()?))).collect();
+        Pod {
+            metadata: ObjectMeta { labels: Some(labels), ..self.metadata.clone() },
+            spec: None,
+            status: self.status.as_ref().map(|s| PodStatus {
+                phase: s.phase.clone(),
+                conditions: Some(
+                    s.conditions
+                        .iter()
+                        .map(|c| PodCondition {
+                            type_: c.type_.clone(),
+                            status: c.status.clone(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                message: s.message.clone(),
+                reason: s.reason.clone(),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl ServiceView {
+    /// Keeps the job label and the restart annotations.
+    pub fn slim(&mut self) {
+        let kept = [annotations::RESTARTS, annotations::LAST_FAILED_UID, annotations::RESTART_AFTER];
+        self.job = slim_metadata(&mut self.metadata, &kept).remove(labels::JOB_NAME);
+    }
+
+    pub fn to_service(&self) -> Service {
+        let labels = self.job.iter().map(|job| (labels::JOB_NAME.to_string(), job.clone())).collect();
+        Service { metadata: ObjectMeta { labels: Some(labels), ..self.metadata.clone() }, ..Default::default() }
+    }
+}
+
+/// Keeps an object's identity and the named annotations; returns its labels, taken out.
+fn slim_metadata(meta: &mut ObjectMeta, keep_annotations: &[&str]) -> BTreeMap<String, String> {
+    let annotations: BTreeMap<String, String> =
+        meta.annotations.take().into_iter().flatten().filter(|(k, _)| keep_annotations.contains(&k.as_str())).collect();
+    let labels = meta.labels.take().unwrap_or_default();
+    *meta = ObjectMeta {
+        name: meta.name.take(),
+        namespace: meta.namespace.take(),
+        uid: meta.uid.take(),
+        resource_version: meta.resource_version.take(),
+        deletion_timestamp: meta.deletion_timestamp.take(),
+        annotations: (!annotations.is_empty()).then_some(annotations),
+        ..Default::default()
+    };
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::status;
+
+    #[test]
+    fn a_pod_view_reads_what_a_pass_needs_from_the_full_object() {
+        let full = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "job-collector-0", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                         "labels": {labels::JOB_NAME: "job", labels::REPLICA_TYPE: "collector", labels::REPLICA_INDEX: "0", "team": "rl"},
+                         "annotations": {"note": "x"},
+                         "ownerReferences": [{"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "name": "job", "uid": "j"}]},
+            "spec": {"containers": [{"name": "di-container", "image": "ding"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "PodScheduled", "status": "True"}]},
+        });
+        let mut view: PodView = serde_json::from_value(full.clone()).unwrap();
+        view.slim();
+        assert!(view.metadata.labels.is_none(), "the labels are kept outside the map");
+        assert_eq!(view.job(), Some("job"));
+        let pod = view.to_pod();
+        let original: Pod = serde_json::from_value(full).unwrap();
+        assert_eq!(status::role_of(&pod), status::role_of(&original));
+        assert!(status::is_ready(&pod) && status::is_ready(&original));
+        assert_eq!(pod.metadata.labels.as_ref().map(BTreeMap::len), Some(3));
+        assert!(pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());
+        assert_eq!(pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
+        assert_eq!(pod.metadata.uid.as_deref(), Some("u1"));
+    }
+
+    #[test]
+    fn a_job_view_reads_back_as_the_job() {
+        let text = r#"{"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+            "metadata": {"name": "job", "namespace": "ns", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}},
+                     "collector": {"replicas": 3, "template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}}},
+            "status": {"phase": "Running"}}"#;
+        let mut view: JobView = serde_json::from_str(text).unwrap();
+        view.slim();
+        let job = view.to_job().unwrap();
+        let mut typed: DIJob = serde_json::from_str(text).unwrap();
+        typed.metadata.managed_fields = None;
+        assert_eq!(job, typed);
+
+        let bad: JobView =
+            serde_json::from_str(r#"{"metadata": {"name": "job"}, "spec": {"collector": {"replicas": "many"}}}"#)
+                .unwrap();
+        assert!(bad.to_job().unwrap_err().to_string().contains("invalid type"));
+    }
+
+    #[test]
+    fn a_service_view_keeps_the_restart_annotations() {
+        let mut view: ServiceView = serde_json::from_value(json!({
+            "metadata": {"name": "job-collector-0", "namespace": "ns",
+                         "labels": {labels::JOB_NAME: "job", "other": "x"},
+                         "annotations": {annotations::RESTARTS: "2", "other": "y"}},
+            "spec": {"clusterIP": "None"},
+        }))
+        .unwrap();
+        view.slim();
+        assert_eq!(view.job(), Some("job"));
+        let service = view.to_service();
+        let annotations = service.metadata.annotations.unwrap_or_default();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), [annotations::RESTARTS]);
+        assert_eq!(service.metadata.labels.unwrap_or_default().len(), 1);
+    }
+}
