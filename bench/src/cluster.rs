@@ -116,6 +116,8 @@ impl Scrape {
 
 struct Bench {
     client: Client,
+    /// The orchestrator's own identity, for the baseline: the same authorization checks.
+    base_client: Client,
     jobs_ns: String,
     base_ns: String,
     probe: String,
@@ -157,22 +159,9 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
     let client = plane.client().await?;
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
     cluster.install_crds().await;
-    let jobs_ns = cluster.namespace("bench-jobs").await;
     let base_ns = cluster.namespace("bench-baseline").await;
-    let _nodes = (SimulatedNodes::start(client.clone(), &jobs_ns), SimulatedNodes::start(client.clone(), &base_ns));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let orchestrator =
-        LocalOrchestrator::start_with(&cluster, &jobs_ns, "", &[format!("--probe-addr=127.0.0.1:{port}")]).await;
-    let bench = Bench {
-        client,
-        jobs_ns,
-        base_ns,
-        probe: format!("http://127.0.0.1:{port}"),
-        pid: orchestrator.pid().context("orchestrator pid")?,
-        server_pids: ["kube-apiserver", "etcd"].iter().filter_map(|name| plane.pid(name)).collect(),
-    };
-    bench.wait_ready().await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _base_nodes = SimulatedNodes::start(client.clone(), &base_ns);
+    let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns).await?;
     let idle_rss = rss_mib(bench.pid)?;
     let idle_cpu = cpu_seconds(bench.pid)?;
     let mut report = ClusterReport {
@@ -204,7 +193,9 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
         bench.replicas(&cluster, &mut report.rows).await?;
     }
     if wanted(Scenario::Scale) {
-        bench.scale(idle_rss, &mut report.rows).await?;
+        // A fresh orchestrator of its own, so its memory is that of these jobs alone.
+        let (_scaled, scale, _scale_nodes) = Bench::start(plane, &cluster, "bench-scale", "-scale", &base_ns).await?;
+        scale.scale(rss_mib(scale.pid)?, &mut report.rows).await?;
     }
     let cpu = cpu_seconds(bench.pid)? - idle_cpu;
     report.rows.push(Row {
@@ -220,6 +211,36 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
 }
 
 impl Bench {
+    /// An orchestrator of its own for a new namespace, with simulated nodes, once it is ready.
+    async fn start(
+        plane: &ControlPlane,
+        cluster: &TestCluster,
+        hint: &str,
+        instance: &str,
+        base_ns: &str,
+    ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
+        let jobs_ns = cluster.namespace(hint).await;
+        let nodes = SimulatedNodes::start(cluster.client.clone(), &jobs_ns);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let orchestrator =
+            LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &[format!("--probe-addr=127.0.0.1:{port}")])
+                .await;
+        let kubeconfig = kube::config::Kubeconfig::read_from(orchestrator.kubeconfig())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        let bench = Bench {
+            client: cluster.client.clone(),
+            base_client: Client::try_from(config)?,
+            jobs_ns,
+            base_ns: base_ns.to_owned(),
+            probe: format!("http://127.0.0.1:{port}"),
+            pid: orchestrator.pid().context("orchestrator pid")?,
+            server_pids: ["kube-apiserver", "etcd"].iter().filter_map(|name| plane.pid(name)).collect(),
+        };
+        bench.wait_ready().await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok((orchestrator, bench, nodes))
+    }
+
     /// M jobs of N collectors against the plain client creating the same objects, and the
     /// requests each job cost against the least it could.
     async fn running(&self, report: &mut ClusterReport) -> anyhow::Result<()> {
@@ -532,11 +553,11 @@ impl Bench {
         Ok(p == count && s == count)
     }
 
-    /// The same pods, services and RBAC created by a plain client, `CONCURRENCY` jobs at a time, each
-    /// job's objects one after the other as the reconciler does; until every pod runs.
+    /// The same pods, services and RBAC created by a plain client with the orchestrator's identity
+    /// (so the same authorization checks), `CONCURRENCY` jobs at a time, each job's objects in the
+    /// reconciler's order; until every pod runs.
     async fn baseline(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &self.base_ns);
         let total = m * (n + 1);
         let running = watch_until(pods.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<Pod>]| {
             let running = all.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
@@ -556,30 +577,55 @@ impl Bench {
             for meta in [&mut rbac.service_account.metadata, &mut rbac.role.metadata, &mut rbac.binding.metadata] {
                 meta.owner_references = None;
             }
-            let client = self.client.clone();
+            let client = self.base_client.clone();
             let ns = self.base_ns.clone();
-            let (pods, services, permits) = (pods.clone(), services.clone(), permits.clone());
+            let (services, permits) = (Api::<Service>::namespaced(client.clone(), &ns), permits.clone());
+            let pods = Api::<Pod>::namespaced(client.clone(), &ns);
             let prefix = prefix.to_owned();
             tasks.push(tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await?;
                 let post = PostParams::default();
+                // In the reconciler's order: the ServiceAccount; then the Role, RoleBinding and
+                // coordinator pod, alongside every service and the other pods.
                 Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &ns)
                     .create(&post, &rbac.service_account)
                     .await?;
-                Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns)
-                    .create(&post, &rbac.role)
-                    .await?;
-                Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client, &ns)
-                    .create(&post, &rbac.binding)
-                    .await?;
+                let mut coordinator = None;
+                let mut objects = vec![];
                 for mut r in replicas {
                     // No owner: the job does not exist, and garbage collection must not interfere.
                     r.service.metadata.owner_references = None;
                     r.pod.metadata.owner_references = None;
                     r.pod.labels_mut().insert(RUN_LABEL.into(), prefix.clone());
-                    services.create(&PostParams::default(), &r.service).await?;
-                    pods.create(&PostParams::default(), &r.pod).await?;
+                    if r.role == di_api::contract::Role::Coordinator {
+                        objects.push((r.service, None));
+                        coordinator = Some(r.pod);
+                    } else {
+                        objects.push((r.service, Some(r.pod)));
+                    }
                 }
+                let grants = async {
+                    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), &ns)
+                        .create(&post, &rbac.role)
+                        .await?;
+                    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
+                        .create(&post, &rbac.binding)
+                        .await?;
+                    if let Some(pod) = &coordinator {
+                        pods.create(&post, pod).await?;
+                    }
+                    Ok::<_, anyhow::Error>(())
+                };
+                let replicas = async {
+                    for (service, pod) in &objects {
+                        services.create(&post, service).await?;
+                        if let Some(pod) = pod {
+                            pods.create(&post, pod).await?;
+                        }
+                    }
+                    Ok::<_, anyhow::Error>(())
+                };
+                futures::try_join!(grants, replicas)?;
                 Ok::<_, anyhow::Error>(())
             }));
         }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::annotations;
+use di_api::contract::{annotations, names};
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
@@ -289,32 +289,47 @@ async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<
         Action::CreateRbac(rbac) => Some(rbac),
         _ => None,
     });
-    // Only the ServiceAccount must exist before the coordinator pod. The RoleBinding's create
-    // waits on the API server's escalation check, which lists bindings from a cache that must
-    // first catch up with the Role just written (about 100 ms), so the Role and RoleBinding are
-    // created alongside the pods rather than before them.
+    // The RoleBinding's create waits on the API server's escalation check, which lists bindings
+    // from a cache that must first catch up with the writes just made (about 100 ms). So only the
+    // coordinator pod waits for the RBAC (a coordinator that exists means its sidecar's RBAC does,
+    // even after a crash); every other service and pod is created meanwhile.
+    let coordinator = names::coordinator(&job.name_any());
+    let (after_grants, others): (Vec<&Action>, Vec<&Action>) = actions
+        .iter()
+        .partition(|a| rbac.is_some() && matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator));
     if let Some(rbac) = rbac {
         create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &rbac.service_account).await?;
     }
-    let grants = async {
+    let grants_then_coordinator = async {
         if let Some(rbac) = rbac {
             create(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role).await?;
             create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding).await?;
         }
-        Ok::<_, Error>(())
+        carry_out(ctx, job, &after_grants).await
     };
-    let ((), created) = futures::try_join!(grants, carry_out(ctx, job, actions))?;
-    Ok(created)
+    let (mut done, more) = futures::try_join!(grants_then_coordinator, carry_out(ctx, job, &others))?;
+    done.created.extend(more.created);
+    done.deleted.extend(more.deleted);
+    done.replaced.extend(more.replaced);
+    report(ctx, job, &done);
+    Ok(!done.created.is_empty())
 }
 
-/// Every action but the RBAC's, in order, with one event per kind of change; whether any pod was
-/// created.
-async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<bool, Error> {
+/// What a pass changed, for its events.
+#[derive(Default)]
+struct Done {
+    created: Vec<String>,
+    deleted: Vec<(String, Why)>,
+    replaced: Vec<String>,
+}
+
+/// Every action but the RBAC's, in order.
+async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
-    for action in actions {
+    for &action in actions {
         match action {
             Action::CreateRbac(_) => {}
             Action::CreateService(service) => {
@@ -367,9 +382,15 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Resul
             }
         }
     }
-    // One event per pass, not one per pod: a 500-replica job must not cost 500 events.
+    Ok(Done { created, deleted, replaced })
+}
+
+/// One event per kind of change in a pass, not one per pod: a 500-replica job must not cost 500
+/// events.
+fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
+    let Done { created, deleted, replaced } = done;
     if !created.is_empty() {
-        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", &created)));
+        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", created)));
     }
     if !replaced.is_empty() {
         publish(
@@ -378,7 +399,7 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Resul
             EventType::Warning,
             "Replaced",
             "ReplaceFailedPods",
-            Some(summary("replacing failed", &replaced)),
+            Some(summary("replacing failed", replaced)),
         );
     }
     for (why, reason) in [
@@ -393,7 +414,6 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Resul
             publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
         }
     }
-    Ok(!created.is_empty())
 }
 
 fn summary(verb: &str, names: &[String]) -> String {
@@ -622,6 +642,11 @@ mod tests {
         assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
         assert_eq!(calls(&recorded, "POST", "roles"), vec!["job-replicas"]);
         assert_eq!(calls(&recorded, "POST", "rolebindings"), vec!["job-replicas"]);
+        let order: Vec<String> = recorded.lock().unwrap().iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+        let at =
+            |what: &str| order.iter().position(|r| r.ends_with(what)).unwrap_or_else(|| panic!("{what} in {order:?}"));
+        assert!(at("/serviceaccounts") < at("/rolebindings"), "{order:?}");
+        assert!(at("/rolebindings") < at("/pods"), "the coordinator waits for its sidecar's RBAC: {order:?}");
         // Its status would describe the world before the pods: the pass their events bring
         // writes it, and a requeue within the status period stands in for lost events.
         let status_writes = |recorded: &Recorded| -> Vec<Value> {

@@ -227,7 +227,9 @@ async fn wait_for(
     let selector = format!("{}={}", labels::JOB_NAME, endpoint.scope.job);
     let answer = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, collectors, learners, present, pods);
     'relist: loop {
-        let list = api.list(&ListParams::default().labels(&selector)).await.map_err(internal)?;
+        // From the API server's cache as it is: a consistent list would wait for the cache to
+        // catch up with the job write just made, and the watch from this version misses nothing.
+        let list = api.list(&ListParams::default().labels(&selector).match_any()).await.map_err(internal)?;
         let mut version = list.metadata.resource_version.unwrap_or_default();
         let mut pods: BTreeMap<String, Pod> = list.items.into_iter().map(|p| (p.name_any(), p)).collect();
         loop {

@@ -117,6 +117,11 @@ impl LocalOrchestrator {
         let _ = self.child.kill().await;
     }
 
+    /// The kubeconfig it runs with: its ServiceAccount's token.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
     /// Starts it again after [`Orchestrator::kill`].
     pub fn restart(&mut self) {
         self.child = spawn(&self.kubeconfig, &self.args, &self.log, &self.instance);
