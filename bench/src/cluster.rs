@@ -199,7 +199,7 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
     }
     let cpu = cpu_seconds(bench.pid)? - idle_cpu;
     report.rows.push(Row {
-        figure: "orchestrator CPU over every scenario".into(),
+        figure: "orchestrator CPU over every scenario but scale (which has its own)".into(),
         value: format!("{cpu:.1} s"),
         baseline: "-".into(),
         ratio: None,

@@ -58,6 +58,8 @@ impl Profile {
                 let (share, rest) = line.trim_start().split_once('%')?;
                 let share: f64 = share.parse().ok()?;
                 let symbol = rest.trim().trim_start_matches("[.]").trim_start_matches("[k]").trim();
+                // perf pads the column with spaces and may follow it with more columns.
+                let symbol = symbol.split("  ").next().unwrap_or(symbol);
                 Some(format!("| {share:.1} % | `{}` |", symbol.chars().take(110).collect::<String>()))
             })
             .take(top)
