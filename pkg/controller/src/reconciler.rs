@@ -234,7 +234,8 @@ async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Err
         execute(&ctx, &job, &plan.actions).await?;
         deferred
     } else if execute(&ctx, &job, &plan.actions).await? {
-        Some(ctx.pacer.period)
+        // Should the pods' events be lost, the status still follows soon.
+        Some(ctx.pacer.period.max(Duration::from_secs(1)))
     } else {
         record_status(&ctx, &job, &plan.status).await?
     };
