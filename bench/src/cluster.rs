@@ -369,10 +369,7 @@ impl Bench {
                 let start = Instant::now();
                 let scale = json!({"spec": {"collector": {"replicas": collectors + add}}});
                 jobs.patch(&job, &PatchParams::default(), &Patch::Merge(&scale)).await?;
-                let done = tokio::time::timeout(Duration::from_secs(60), created)
-                    .await
-                    .context("scaling by the spec")???;
-                reconciler.push(done - start);
+                reconciler.push(took(created, start, Duration::from_secs(60), "scaling by the spec").await?);
                 collectors += add;
             }
             let (e, r) = (median(&mut endpoint), median(&mut reconciler));
@@ -527,14 +524,12 @@ impl Bench {
         for c in creates {
             c.await??;
         }
-        let done = tokio::time::timeout(Duration::from_secs(600), running)
-            .await
-            .with_context(|| format!("{prefix}: not every job running after 600 s"))???;
+        let took = took(running, start, Duration::from_secs(600), &format!("{prefix}: every job running")).await?;
         // Running with every collector ready implies their pods; the services are checked too.
         while !self.objects_present(prefix, m * (n + 1)).await? {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(done.max(start) - start)
+        Ok(took)
     }
 
     async fn objects_present(&self, prefix: &str, count: usize) -> anyhow::Result<bool> {
@@ -632,10 +627,7 @@ impl Bench {
         for t in tasks {
             t.await??;
         }
-        let done = tokio::time::timeout(Duration::from_secs(600), running)
-            .await
-            .with_context(|| format!("{prefix}: not every baseline pod running after 600 s"))???;
-        Ok(done.max(start) - start)
+        took(running, start, Duration::from_secs(600), &format!("{prefix}: every baseline pod running")).await
     }
 
     async fn count_pods(&self, ns: &str) -> anyhow::Result<usize> {
@@ -698,6 +690,17 @@ where
         }
         bail!("watch ended")
     }))
+}
+
+/// Time from `start` until a [`watch_until`] task saw its condition, waiting at most `limit`.
+async fn took(
+    seen: tokio::task::JoinHandle<anyhow::Result<Instant>>,
+    start: Instant,
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let at = tokio::time::timeout(limit, seen).await.with_context(|| format!("{what}: not within {limit:?}"))???;
+    Ok(at.max(start) - start)
 }
 
 fn job(name: &str, collectors: usize) -> DIJob {

@@ -51,10 +51,15 @@ impl Endpoint {
         Api::namespaced(self.client.clone(), &self.scope.namespace)
     }
 
+    /// The namespace's pods, and the selector of this job's.
+    fn pod_api(&self) -> (Api<Pod>, String) {
+        let api = Api::namespaced(self.client.clone(), &self.scope.namespace);
+        (api, format!("{}={}", labels::JOB_NAME, self.scope.job))
+    }
+
     async fn pods(&self) -> Result<Vec<Pod>, ApiError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.scope.namespace);
-        let params = ListParams::default().labels(&format!("{}={}", labels::JOB_NAME, self.scope.job));
-        Ok(pods.list(&params).await.map_err(internal)?.items)
+        let (api, selector) = self.pod_api();
+        Ok(api.list(&ListParams::default().labels(&selector)).await.map_err(internal)?.items)
     }
 }
 
@@ -223,9 +228,8 @@ async fn wait_for(
     present: bool,
 ) -> Result<(Replicas, bool), ApiError> {
     let deadline = tokio::time::Instant::now() + endpoint.wait;
-    let api: Api<Pod> = Api::namespaced(endpoint.client.clone(), &endpoint.scope.namespace);
-    let selector = format!("{}={}", labels::JOB_NAME, endpoint.scope.job);
-    let answer = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, collectors, learners, present, pods);
+    let (api, selector) = endpoint.pod_api();
+    let evaluate = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, collectors, learners, present, pods);
     'relist: loop {
         // From the API server's cache as it is: a consistent list would wait for the cache to
         // catch up with the job write just made, and the watch from this version misses nothing.
@@ -233,7 +237,7 @@ async fn wait_for(
         let mut version = list.metadata.resource_version.unwrap_or_default();
         let mut pods: BTreeMap<String, Pod> = list.items.into_iter().map(|p| (p.name_any(), p)).collect();
         loop {
-            let (replicas, done) = answer(&pods);
+            let (replicas, done) = evaluate(&pods);
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if done || left.is_zero() {
                 return Ok((replicas, done));
@@ -243,7 +247,7 @@ async fn wait_for(
             let mut events = api.watch(&params, &version).await.map_err(internal)?.boxed();
             loop {
                 let event = match tokio::time::timeout_at(deadline, events.try_next()).await {
-                    Err(_) => return Ok(answer(&pods)),
+                    Err(_) => return Ok(evaluate(&pods)),
                     Ok(Ok(Some(event))) => event,
                     // The watch ended: watch again from where it was.
                     Ok(Ok(None)) | Ok(Err(_)) => break,
@@ -261,7 +265,7 @@ async fn wait_for(
                     // Most likely the version is too old to watch from: start over.
                     WatchEvent::Error(_) => continue 'relist,
                 }
-                let (replicas, done) = answer(&pods);
+                let (replicas, done) = evaluate(&pods);
                 if done {
                     return Ok((replicas, done));
                 }
