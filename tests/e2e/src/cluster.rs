@@ -111,10 +111,23 @@ impl TestCluster {
     }
 }
 
-/// Says loudly, past the test harness's output capture, that a check was skipped.
+/// Whether this run is CI's, where a tier that cannot run is a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Says loudly, past the test harness's output capture, that a check was skipped; under CI that
+/// fails the test instead, so a green run never hides a tier that did not run.
 pub fn skip(why: &str) {
     use std::io::Write;
+    assert!(!in_ci(), "CI=true, and a check could not run: {why}");
     let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
+/// Says that a scenario does not apply to this kind of cluster (not a missing tool: no failure).
+pub fn not_applicable(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "NOT APPLICABLE here: {why}");
 }
 
 /// Awaits `future`, failing the test with `what` if it takes longer than `timeout`.

@@ -301,7 +301,7 @@ async fn an_invalid_job_is_marked_failed_with_the_reason() {
 async fn only_the_leader_acts_and_a_standby_takes_over() {
     if di_e2e::nodes::real_nodes() {
         // On kind the deployed replicas elect their leader; this scenario runs its own two.
-        di_e2e::cluster::skip("leader takeover needs local orchestrator processes (control-plane tier only)");
+        di_e2e::cluster::not_applicable("leader takeover needs local orchestrator processes (control-plane tier only)");
         return;
     }
     let mut s = Scenario::new("leader").await;
