@@ -67,16 +67,33 @@ impl JobIndex {
         }
     }
 
-    /// The cached objects of a job.
-    pub fn objects<K>(&self, store: &Store<K>, namespace: &str, job: &str) -> Vec<Arc<K>>
+    /// The cached objects that name a job in their label, split by whether the job (by `uid`)
+    /// is their controller. The one place where ownership is decided: a pass sees only
+    /// `owned`, and `foreign` only as names it must not take.
+    pub fn members<K>(&self, store: &Store<K>, namespace: &str, job: &str, uid: &str) -> Members<K>
     where
         K: JobMember<DynamicType = ()> + Clone + 'static,
     {
         let state = self.0.read().expect("index lock");
-        let Some(names) = state.current.0.get(&(namespace.to_owned(), job.to_owned())) else { return vec![] };
+        let mut members = Members { owned: vec![], foreign: vec![] };
+        let Some(names) = state.current.0.get(&(namespace.to_owned(), job.to_owned())) else { return members };
         let cached = names.iter().filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)));
-        cached.filter(|object| object.job() == Some(job)).collect()
+        for object in cached.filter(|object| object.job() == Some(job)) {
+            if object.owner() == Some(uid) {
+                members.owned.push(object);
+            } else {
+                members.foreign.push(object.name_any());
+            }
+        }
+        members
     }
+}
+
+/// A job's cached objects: its own, and the names of those that carry its label but another
+/// controller (a predecessor of the same name still being collected, or someone else's).
+pub struct Members<K> {
+    pub owned: Vec<Arc<K>>,
+    pub foreign: Vec<String>,
 }
 
 #[cfg(test)]
@@ -88,13 +105,44 @@ mod tests {
 
     use super::*;
 
+    /// A pod labelled for `job` and controlled by the job of that name's UID, `uid-<job>`.
     fn pod(namespace: &str, name: &str, job: Option<&str>) -> Pod {
+        owned_pod(namespace, name, job, job.map(|j| format!("uid-{j}")).as_deref())
+    }
+
+    fn owned_pod(namespace: &str, name: &str, job: Option<&str>, owner: Option<&str>) -> Pod {
         let labels = job.map(|j| json!({ labels::JOB_NAME: j })).unwrap_or(json!({}));
-        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace, "labels": labels}})).unwrap()
+        let owners: Vec<_> = owner
+            .map(|uid| json!({"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "name": "j", "uid": uid, "controller": true}))
+            .into_iter()
+            .collect();
+        let meta = json!({"name": name, "namespace": namespace, "labels": labels, "ownerReferences": owners});
+        serde_json::from_value(json!({ "metadata": meta })).unwrap()
     }
 
     fn names(index: &JobIndex, store: &Store<Pod>, namespace: &str, job: &str) -> Vec<String> {
-        index.objects(store, namespace, job).iter().map(|p| p.name_any()).collect()
+        let members = index.members(store, namespace, job, &format!("uid-{job}"));
+        members.owned.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn a_job_owns_only_what_its_uid_controls() {
+        let (store, mut writer) = reflector::store::<Pod>();
+        let index = JobIndex::default();
+        let pods = [
+            owned_pod("a", "j-coordinator", Some("j"), Some("old-uid")),
+            owned_pod("a", "j-collector-0", Some("j"), Some("new-uid")),
+            owned_pod("a", "j-collector-1", Some("j"), None),
+        ];
+        for pod in pods {
+            let event = Event::Apply(pod);
+            writer.apply_watcher_event(&event);
+            index.apply(&event);
+        }
+        let members = index.members(&store, "a", "j", "new-uid");
+        let owned: Vec<_> = members.owned.iter().map(|p| p.name_any()).collect();
+        assert_eq!(owned, ["j-collector-0"]);
+        assert_eq!(members.foreign, ["j-collector-1", "j-coordinator"]);
     }
 
     #[test]

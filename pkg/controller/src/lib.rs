@@ -2,10 +2,12 @@
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
 pub mod desired;
+mod execute;
 pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod pace;
+mod pass;
 pub mod plan;
 pub mod reconciler;
 pub mod status;

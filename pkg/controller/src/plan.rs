@@ -17,8 +17,13 @@ use crate::status::{self, Facts, is_active, is_terminating, pod_phase, role_of};
 
 /// What exists of a job, and when.
 pub struct World<'a> {
+    /// The job's own pods and services: those its UID controls.
     pub pods: Vec<&'a Pod>,
     pub services: Vec<&'a Service>,
+    /// Names of pods and services that carry the job's label but another controller, such as a
+    /// deleted predecessor's of the same name still being collected: never counted, touched, or
+    /// created over; the job waits for them to go.
+    pub taken: BTreeSet<String>,
     /// The AggregatorConfig, when the job's learners need one and it exists.
     pub aggregator_config: Option<&'a AggregatorConfig>,
     /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
@@ -39,11 +44,18 @@ pub enum Action {
         failed_uid: String,
         restart_after: Timestamp,
     },
+    /// Deletes the pod with this UID (not a newer one of the same name), with its own grace
+    /// period: its containers stop before the name is free for a replacement.
     DeletePod {
         name: String,
+        uid: String,
         why: Why,
     },
-    DeleteService(String),
+    /// Deletes the service with this UID.
+    DeleteService {
+        name: String,
+        uid: String,
+    },
     DeleteRbac,
     /// The finished job's TTL has passed.
     DeleteJob,
@@ -110,18 +122,18 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 CleanPodPolicy::None => false,
             };
             if remove {
-                actions.push(Action::DeletePod { name: pod.name_any(), why: Why::Cleanup });
+                actions.push(delete_pod(pod, Why::Cleanup));
             }
         }
-        actions.extend(services.keys().map(|s| Action::DeleteService(s.clone())));
+        actions.extend(services.values().map(|s| delete_service(s)));
         if !previous.is_some_and(Phase::is_finished) {
             actions.push(Action::DeleteRbac);
         }
     } else if facts.suspended {
         for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
-            actions.push(Action::DeletePod { name: pod.name_any(), why: Why::Suspended });
+            actions.push(delete_pod(pod, Why::Suspended));
         }
-        actions.extend(services.keys().map(|s| Action::DeleteService(s.clone())));
+        actions.extend(services.values().map(|s| delete_service(s)));
     } else {
         let wanted = desired::replicas(job, world.aggregator_config, settings)?;
         let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();
@@ -134,6 +146,10 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         let mut failed_aggregators = BTreeSet::new();
         for replica in &wanted {
             let pod_name = replica.name();
+            if world.taken.contains(&pod_name) {
+                facts.names_taken.push(pod_name);
+                continue;
+            }
             let service = services.get(&pod_name).copied();
             if service.is_none() {
                 actions.push(Action::CreateService(Box::new(replica.service.clone())));
@@ -161,7 +177,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     if replica.role != Role::Coordinator
                         && reported.contains(&(pod_name.clone(), pod.uid().unwrap_or_default())) =>
                 {
-                    actions.push(Action::DeletePod { name: pod_name.clone(), why: Why::Reported });
+                    actions.push(delete_pod(pod, Why::Reported));
                     if replica.role == Role::Aggregator {
                         failed_aggregators.insert(replica.index);
                     }
@@ -185,7 +201,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                         });
                         requeue_at(wait);
                     }
-                    actions.push(Action::DeletePod { name: pod_name.clone(), why: Why::Failed });
+                    actions.push(delete_pod(pod, Why::Failed));
                     if replica.role == Role::Aggregator {
                         failed_aggregators.insert(replica.index);
                     }
@@ -196,7 +212,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         // An aggregator's DDP learners start over with it.
         for replica in wanted.iter().filter(|r| r.role == Role::DdpLearner && failed_aggregators.contains(&r.index)) {
             if let Some(pod) = pods.get(&replica.name()).filter(|p| !is_terminating(p)) {
-                actions.push(Action::DeletePod { name: pod.name_any(), why: Why::AggregatorFailed });
+                actions.push(delete_pod(pod, Why::AggregatorFailed));
             }
         }
 
@@ -209,11 +225,11 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         };
         let mut excess: Vec<&Pod> = world.pods.iter().copied().filter(|p| !keep(p) && !is_terminating(p)).collect();
         excess.sort_by_key(|p| std::cmp::Reverse((index_of(p), p.name_any())));
-        actions.extend(excess.iter().map(|p| Action::DeletePod { name: p.name_any(), why: Why::ScaledDown }));
-        for service in services.keys() {
-            let owned_by_kept_pod = pods.get(service).is_some_and(|p| keep(p));
-            if !wanted_names.contains(service) && !owned_by_kept_pod {
-                actions.push(Action::DeleteService(service.clone()));
+        actions.extend(excess.iter().map(|p| delete_pod(p, Why::ScaledDown)));
+        for (name, service) in &services {
+            let owned_by_kept_pod = pods.get(name).is_some_and(|p| keep(p));
+            if !wanted_names.contains(name) && !owned_by_kept_pod {
+                actions.push(delete_service(service));
             }
         }
     }
@@ -246,6 +262,14 @@ fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
         Phase::Unknown => ("CoordinatorUnknown", "the coordinator's state cannot be observed".to_string()),
     };
     (reason.into(), message)
+}
+
+fn delete_pod(pod: &Pod, why: Why) -> Action {
+    Action::DeletePod { name: pod.name_any(), uid: pod.uid().unwrap_or_default(), why }
+}
+
+fn delete_service(service: &Service) -> Action {
+    Action::DeleteService { name: service.name_any(), uid: service.uid().unwrap_or_default() }
 }
 
 fn restarts_of(service: &Service) -> u32 {

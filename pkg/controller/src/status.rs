@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 pub const SUSPENDED: &str = "Suspended";
 pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
 pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
+pub const NAMES_TAKEN: &str = "NamesTaken";
 
 pub fn role_of(pod: &Pod) -> Option<Role> {
     pod.metadata.labels.as_ref()?.get(labels::REPLICA_TYPE).and_then(|l| Role::from_label(l))
@@ -65,6 +66,8 @@ pub struct Facts {
     pub over_restart_limit: Vec<String>,
     /// The AggregatorConfig the learners need but cannot be found.
     pub missing_aggregator_config: Option<String>,
+    /// Replicas whose names are held by objects another controller owns.
+    pub names_taken: Vec<String>,
 }
 
 /// Computes the status from the job's pods and the facts of this pass. Transition times move only
@@ -109,6 +112,17 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
             None => ("Found", ""),
         };
         set_condition(&mut conditions, AGGREGATOR_CONFIG_NOT_FOUND, missing.is_some(), r, m, now);
+    }
+
+    if !facts.names_taken.is_empty() || conditions.iter().any(|c| c.type_ == NAMES_TAKEN) {
+        let message = format!(
+            "waiting for objects of another owner to be deleted (a job of the same name deleted \
+             before this one was created?): {}",
+            facts.names_taken.join(", ")
+        );
+        let taken = !facts.names_taken.is_empty();
+        let (r, m) = if taken { ("NotOwned", message.as_str()) } else { ("Released", "") };
+        set_condition(&mut conditions, NAMES_TAKEN, taken, r, m, now);
     }
 
     let mut replica_status: BTreeMap<String, ReplicaStatus> = BTreeMap::new();

@@ -80,6 +80,9 @@ pub struct PodView {
     /// about 700 bytes, more than the rest of the view.
     #[serde(skip)]
     pub kept_labels: [Option<String>; 3],
+    /// The UID in its controller reference, moved out of `metadata` by `slim`.
+    #[serde(skip)]
+    pub owner: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -108,13 +111,29 @@ pub struct ServiceView {
     /// Its job label, moved out of `metadata` by `slim`.
     #[serde(skip)]
     pub job: Option<String>,
+    /// The UID in its controller reference, moved out of `metadata` by `slim`.
+    #[serde(skip)]
+    pub owner: Option<String>,
 }
 
-/// An object that belongs to a job by its job label.
+/// An object that names a job in its label, and is that job's only if its controller reference
+/// carries the job's UID: a job deleted and submitted again under the same name must not take
+/// its predecessor's pods, still being collected, for its own.
 pub trait JobMember: Resource {
     fn job(&self) -> Option<&str> {
         self.meta().labels.as_ref()?.get(labels::JOB_NAME).map(String::as_str)
     }
+
+    /// The UID of the object's controller.
+    fn owner(&self) -> Option<&str> {
+        controller_uid(self.meta())
+    }
+}
+
+/// The UID in `meta`'s controller reference, if it has one.
+pub fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    let references = meta.owner_references.as_ref()?;
+    references.iter().find(|r| r.controller == Some(true)).map(|r| r.uid.as_str())
 }
 
 impl JobMember for Pod {}
@@ -124,11 +143,17 @@ impl JobMember for PodView {
     fn job(&self) -> Option<&str> {
         self.kept_labels[0].as_deref()
     }
+    fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
 }
 
 impl JobMember for ServiceView {
     fn job(&self) -> Option<&str> {
         self.job.as_deref()
+    }
+    fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 }
 
@@ -169,6 +194,7 @@ core_v1_resource!(ServiceView, "Service", "services");
 impl PodView {
     /// Keeps only the Ready condition and the metadata a pass reads.
     pub fn slim(&mut self) {
+        self.owner = controller_uid(&self.metadata).map(str::to_owned);
         let mut labels = slim_metadata(&mut self.metadata, &[]);
         self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
         if let Some(status) = &mut self.status {
@@ -206,6 +232,7 @@ impl ServiceView {
     /// Keeps the job label and the restart annotations.
     pub fn slim(&mut self) {
         let kept = [annotations::RESTARTS, annotations::LAST_FAILED_UID, annotations::RESTART_AFTER];
+        self.owner = controller_uid(&self.metadata).map(str::to_owned);
         self.job = slim_metadata(&mut self.metadata, &kept).remove(labels::JOB_NAME);
     }
 
@@ -256,6 +283,7 @@ mod tests {
         view.slim();
         assert!(view.metadata.labels.is_none(), "the labels are kept outside the map");
         assert_eq!(view.job(), Some("job"));
+        assert_eq!(view.owner(), None, "a reference that is not the controller's owns nothing");
         let pod = view.to_pod();
         let original: Pod = serde_json::from_value(full).unwrap();
         assert_eq!(status::role_of(&pod), status::role_of(&original));
@@ -287,16 +315,22 @@ mod tests {
     }
 
     #[test]
-    fn a_service_view_keeps_the_restart_annotations() {
+    fn a_service_view_keeps_the_restart_annotations_and_its_controller() {
         let mut view: ServiceView = serde_json::from_value(json!({
             "metadata": {"name": "job-collector-0", "namespace": "ns",
                          "labels": {labels::JOB_NAME: "job", "other": "x"},
+                         "ownerReferences": [
+                             {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "o"},
+                             {"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "name": "job",
+                              "uid": "j", "controller": true}],
                          "annotations": {annotations::RESTARTS: "2", "other": "y"}},
             "spec": {"clusterIP": "None"},
         }))
         .unwrap();
         view.slim();
         assert_eq!(view.job(), Some("job"));
+        assert_eq!(view.owner(), Some("j"));
+        assert!(view.metadata.owner_references.is_none(), "kept outside the metadata");
         let service = view.to_service();
         let annotations = service.metadata.annotations.unwrap_or_default();
         assert_eq!(annotations.keys().collect::<Vec<_>>(), [annotations::RESTARTS]);

@@ -30,6 +30,7 @@ fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Pla
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
+        taken: Default::default(),
         aggregator_config: None,
         missing_aggregator_config: None,
         now: at,
@@ -49,7 +50,7 @@ fn created(actions: &[Action]) -> Vec<String> {
 fn deleted(actions: &[Action]) -> Vec<(String, Why)> {
     actions
         .iter()
-        .filter_map(|a| if let Action::DeletePod { name, why } = a { Some((name.clone(), *why)) } else { None })
+        .filter_map(|a| if let Action::DeletePod { name, why, .. } = a { Some((name.clone(), *why)) } else { None })
         .collect()
 }
 
@@ -141,7 +142,7 @@ fn scaling_down_deletes_the_highest_index_first() {
     let services_deleted: Vec<_> = plan
         .actions
         .iter()
-        .filter_map(|a| if let Action::DeleteService(s) = a { Some(s.as_str()) } else { None })
+        .filter_map(|a| if let Action::DeleteService { name, .. } = a { Some(name.as_str()) } else { None })
         .collect();
     assert_eq!(services_deleted, vec!["job-collector-1", "job-collector-2", "job-collector-3", "job-learner-1"]);
     assert_eq!(plan.status.collectors.as_deref(), Some("4/1"), "status counts what exists");
@@ -162,7 +163,7 @@ fn a_failed_collector_is_counted_deleted_and_recreated_after_backoff() {
                 failed_uid: "uid-job-collector-0".into(),
                 restart_after
             },
-            Action::DeletePod { name: "job-collector-0".into(), why: Why::Failed },
+            Action::DeletePod { name: "job-collector-0".into(), uid: "uid-job-collector-0".into(), why: Why::Failed },
         ]
     );
     assert_eq!(plan.requeue_after, Some(BACKOFF));
@@ -192,7 +193,10 @@ fn a_failure_already_counted_is_not_counted_twice() {
     services[1].annotations_mut().insert(annotations::RESTARTS.into(), "1".into());
     services[1].annotations_mut().insert(annotations::LAST_FAILED_UID.into(), "uid-job-collector-0".into());
     let plan = decide(&job, &pods, &services, now());
-    assert_eq!(plan.actions, vec![Action::DeletePod { name: "job-collector-0".into(), why: Why::Failed }]);
+    assert_eq!(
+        plan.actions,
+        vec![Action::DeletePod { name: "job-collector-0".into(), uid: "uid-job-collector-0".into(), why: Why::Failed }]
+    );
 }
 
 #[test]
@@ -272,7 +276,7 @@ fn coordinator_success_cleans_up_by_policy() {
         want_sorted.sort();
         assert_eq!(got_sorted, want_sorted, "policy {policy}");
         assert_eq!(
-            plan.actions.iter().filter(|a| matches!(a, Action::DeleteService(_))).count(),
+            plan.actions.iter().filter(|a| matches!(a, Action::DeleteService { .. })).count(),
             4,
             "{policy}: services go"
         );
@@ -323,7 +327,7 @@ fn suspend_deletes_everything_and_resume_recreates() {
     let plan = decide(&suspended, &pods, &services, now());
     assert_eq!(deleted(&plan.actions).len(), 3);
     assert!(deleted(&plan.actions).iter().all(|(_, why)| *why == Why::Suspended));
-    assert_eq!(plan.actions.iter().filter(|a| matches!(a, Action::DeleteService(_))).count(), 3);
+    assert_eq!(plan.actions.iter().filter(|a| matches!(a, Action::DeleteService { .. })).count(), 3);
     assert!(created(&plan.actions).is_empty());
     let condition = plan.status.conditions.iter().find(|c| c.type_ == "Suspended").unwrap();
     assert_eq!(condition.status, "True");
@@ -354,6 +358,7 @@ fn an_aggregator_failure_replaces_its_ddp_learners_too() {
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
+        taken: Default::default(),
         aggregator_config: Some(&config),
         missing_aggregator_config: None,
         now: now(),
@@ -372,6 +377,7 @@ fn an_aggregator_failure_replaces_its_ddp_learners_too() {
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
+        taken: Default::default(),
         aggregator_config: None,
         missing_aggregator_config: Some("di-system/aggregator-config".into()),
         now: now(),

@@ -1,0 +1,221 @@
+//! Carrying out a pass's actions against the API server. Every call is safe to repeat: a create
+//! that finds its object, or a delete that finds it gone, is success.
+
+use std::sync::Arc;
+
+use di_api::DIJob;
+use di_api::contract::{annotations, names};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tracing::info;
+
+use crate::pass::publish;
+use crate::plan::{Action, Why};
+use crate::reconciler::{Context, Error, MANAGER};
+use crate::view::controller_uid;
+
+/// Carries out the actions; whether any pod was created.
+pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<bool, Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let rbac = actions.iter().find_map(|a| match a {
+        Action::CreateRbac(rbac) => Some(rbac),
+        _ => None,
+    });
+    // The RoleBinding's create waits on the API server's escalation check, which lists bindings
+    // from a cache that must first catch up with the writes just made (about 100 ms). So only the
+    // coordinator pod waits for the RBAC (a coordinator that exists means its sidecar's RBAC does,
+    // even after a crash); every other service and pod is created meanwhile.
+    let coordinator = names::coordinator(&job.name_any());
+    let (after_grants, others): (Vec<&Action>, Vec<&Action>) = actions
+        .iter()
+        .partition(|a| rbac.is_some() && matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator));
+    let uid = job.uid().unwrap_or_default();
+    if let Some(rbac) = rbac {
+        let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
+        create_owned(&accounts, &rbac.service_account, &uid).await?;
+    }
+    let grants_then_coordinator = async {
+        if let Some(rbac) = rbac {
+            create_owned(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role, &uid).await?;
+            create_owned(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding, &uid).await?;
+        }
+        carry_out(ctx, job, &after_grants).await
+    };
+    let (mut done, more) = futures::try_join!(grants_then_coordinator, carry_out(ctx, job, &others))?;
+    done.created.extend(more.created);
+    done.deleted.extend(more.deleted);
+    done.replaced.extend(more.replaced);
+    report(ctx, job, &done);
+    Ok(!done.created.is_empty())
+}
+
+/// What a pass changed, for its events.
+#[derive(Default)]
+struct Done {
+    created: Vec<String>,
+    deleted: Vec<(String, Why)>,
+    replaced: Vec<String>,
+}
+
+/// Every action but the RBAC's, in order.
+async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
+    for &action in actions {
+        match action {
+            Action::CreateRbac(_) => {}
+            Action::CreateService(service) => {
+                create(&services, service).await?;
+            }
+            Action::CreatePod(pod) => {
+                if create(&pods, pod).await? {
+                    ctx.metrics.pods_created.inc();
+                    created.push(pod.name_any());
+                }
+            }
+            Action::MarkRestart { service, restarts, failed_uid, restart_after } => {
+                let patch = json!({"metadata": {"annotations": {
+                    annotations::RESTARTS: restarts.to_string(),
+                    annotations::LAST_FAILED_UID: failed_uid,
+                    annotations::RESTART_AFTER: restart_after.to_string(),
+                }}});
+                match services.patch(service, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => replaced.push(format!("{service} (restart {restarts})")),
+                    Err(e) if is_status(&e, 404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Action::DeletePod { name, uid, why } => {
+                if delete(&pods, name, Some(uid)).await? {
+                    ctx.metrics.pods_deleted.inc();
+                    deleted.push((name.clone(), *why));
+                }
+            }
+            Action::DeleteService { name, uid } => {
+                delete(&services, name, Some(uid)).await?;
+            }
+            Action::DeleteRbac => {
+                let identity = di_api::contract::names::replicas_identity(&job.name_any());
+                delete(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
+                delete(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
+                delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
+            }
+            Action::DeleteJob => {
+                let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
+                let params = DeleteParams {
+                    propagation_policy: Some(kube::api::PropagationPolicy::Background),
+                    ..Default::default()
+                };
+                match jobs.delete(&job.name_any(), &params).await {
+                    Ok(_) => info!(job = %job.name_any(), "deleted after its TTL"),
+                    Err(e) if is_status(&e, 404) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(Done { created, deleted, replaced })
+}
+
+/// One event per kind of change in a pass, not one per pod: a 500-replica job must not cost 500
+/// events.
+fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
+    let Done { created, deleted, replaced } = done;
+    if !created.is_empty() {
+        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", created)));
+    }
+    if !replaced.is_empty() {
+        publish(
+            ctx,
+            job,
+            EventType::Warning,
+            "Replaced",
+            "ReplaceFailedPods",
+            Some(summary("replacing failed", replaced)),
+        );
+    }
+    for (why, reason) in [
+        (Why::ScaledDown, "ScaledDown"),
+        (Why::Suspended, "Suspended"),
+        (Why::Cleanup, "CleanedUp"),
+        (Why::AggregatorFailed, "AggregatorFailed"),
+        (Why::Reported, "ReportedFailed"),
+    ] {
+        let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
+        if !names.is_empty() {
+            publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
+        }
+    }
+}
+
+fn summary(verb: &str, names: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut text =
+        format!("{verb} {} pod(s): {}", names.len(), names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "));
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+/// Creates `object`; `Ok(false)` when it already exists, which is success.
+async fn create<K>(api: &Api<K>, object: &K) -> Result<bool, Error>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, object).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, 409) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the object `name` if its UID is still `uid` (a newer object of the same name is not
+/// the one meant), with the object's own grace period: a pod's containers get to stop, and its
+/// name stays taken until they have, so a replacement never runs beside it. `Ok(false)` when it
+/// is already gone, which is success.
+async fn delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Result<bool, Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let preconditions =
+        uid.filter(|u| !u.is_empty()).map(|u| Preconditions { uid: Some(u.to_owned()), ..Default::default() });
+    let params = DeleteParams { preconditions, ..Default::default() };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        // 409: the UID precondition failed, so the object meant is gone too.
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates one of the job's RBAC objects, which no cache follows: one that exists already must
+/// be the job's own, not a predecessor's of the same name that garbage collection is about to
+/// take away from under the new job's sidecar.
+async fn create_owned<K>(api: &Api<K>, object: &K, uid: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    if create(api, object).await? {
+        return Ok(());
+    }
+    let name = object.name_any();
+    match api.get_opt(&name).await? {
+        Some(found) if controller_uid(found.meta()) != Some(uid) => {
+            Err(Error::NameTaken { kind: K::kind(&()).into_owned(), name })
+        }
+        // Ours, or gone since: the next pass creates it again.
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}

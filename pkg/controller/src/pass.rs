@@ -1,0 +1,184 @@
+//! One pass over one job: read its world from the caches, decide (`plan`), carry the decision out
+//! (`execute`) and record the status, in the order that keeps every step safe to repeat.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::defaults::default_dijob;
+use di_api::validation::validate_dijob;
+use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+use tracing::warn;
+
+use crate::desired;
+use crate::execute::execute;
+use crate::pace::{self, Write};
+use crate::plan::{self, World};
+use crate::reconciler::{Context, Error, MANAGER};
+use crate::status::{self, Facts};
+use crate::view::JobView;
+
+pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let _timer = ctx.metrics.reconcile_started();
+    if view.metadata.deletion_timestamp.is_some() {
+        // Everything the job owns goes with it through garbage collection.
+        return Ok(Requeue::await_change());
+    }
+    let namespace = view.namespace().unwrap_or_default();
+    let name = view.name_any();
+    let mut job = match view.to_job() {
+        Ok(job) => job,
+        Err(e) => {
+            // Only a spec the API server's schema let through but the types cannot read.
+            let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
+            mark_failed(&ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
+    default_dijob(&mut job);
+
+    if let Err(errors) = validate_dijob(&job) {
+        // A bad object is marked once and left alone: requeueing it cannot fix it.
+        let message = format!("the job is invalid: {errors}");
+        mark_failed(&ctx, &job, "InvalidSpec", &message).await?;
+        return Ok(Requeue::await_change());
+    }
+
+    let uid = job.uid().unwrap_or_default();
+    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
+    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
+    let taken: BTreeSet<String> = pods.foreign.into_iter().chain(services.foreign).collect();
+    let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
+    let services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+
+    let (aggregator_config, missing) = aggregator_config(&ctx, &job).await?;
+    let world = World {
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        taken,
+        aggregator_config: aggregator_config.as_ref(),
+        missing_aggregator_config: missing,
+        now: Timestamp::now(),
+    };
+    let plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
+        Ok(plan) => plan,
+        Err(e) => {
+            mark_failed(&ctx, &job, "CannotBuildPods", &e.to_string()).await?;
+            return Ok(Requeue::await_change());
+        }
+    };
+
+    // A finished phase is recorded before the cleanup it triggers, so a crash in between cannot
+    // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
+    // pass that created pods leaves its status unwritten, since it describes the world before
+    // them: the pods' own watch events bring the next pass, which writes the world as it is.
+    let finishing = plan.status.phase.is_some_and(Phase::is_finished);
+    let deferred = if finishing {
+        let deferred = record_status(&ctx, &job, &plan.status).await?;
+        execute(&ctx, &job, &plan.actions).await?;
+        deferred
+    } else if execute(&ctx, &job, &plan.actions).await? {
+        // Should the pods' events be lost, the status still follows soon.
+        Some(ctx.pacer.period.max(Duration::from_secs(1)))
+    } else {
+        record_status(&ctx, &job, &plan.status).await?
+    };
+    // A periodic look catches what no watch event reports (time passing, a lost event).
+    let next = [plan.requeue_after, deferred].into_iter().flatten().min();
+    Ok(Requeue::requeue(next.unwrap_or(Duration::from_secs(300))))
+}
+
+/// Writes the status if it changed and is due (see `pace`), with an event when the phase changed;
+/// otherwise says when it will be due.
+async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) -> Result<Option<Duration>, Error> {
+    let uid = job.uid().unwrap_or_default();
+    match pace::decide(job.status.as_ref(), status, ctx.pacer.since_last(&uid), ctx.pacer.period) {
+        Write::Unchanged => return Ok(None),
+        Write::After(due) => return Ok(Some(due)),
+        Write::Now => {}
+    }
+    write_status(ctx, job, status).await?;
+    ctx.pacer.wrote(&uid);
+    let previous = job.status.as_ref().and_then(|s| s.phase);
+    if status.phase != previous
+        && let Some(phase) = status.phase
+    {
+        ctx.metrics.phase_transition(phase);
+        let kind = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+        let note = status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
+        publish(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
+    }
+    Ok(None)
+}
+
+/// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
+async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<AggregatorConfig>, Option<String>), Error> {
+    if !desired::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
+        return Ok((None, None));
+    }
+    let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);
+    let api: Api<AggregatorConfig> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.get_opt(&name).await? {
+        Some(mut config) => {
+            di_api::defaults::default_aggregator_config(&mut config);
+            Ok((Some(config), None))
+        }
+        None => Ok((None, Some(format!("{namespace}/{name}")))),
+    }
+}
+
+async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Result<(), Error> {
+    let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": DIJob::api_version(&()),
+        "kind": DIJob::kind(&()),
+        "status": status,
+    });
+    api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+    ctx.metrics.status_writes.inc();
+    Ok(())
+}
+
+/// Marks a job that cannot be run as Failed, once, with the reason.
+async fn mark_failed(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+    let facts = Facts { phase: Some(Phase::Failed), phase_reason: (reason.into(), message.into()), ..Facts::default() };
+    let status = status::compute(job, &[], &facts, Timestamp::now());
+    let unchanged = job.status.as_ref().is_some_and(|s| {
+        s.phase == Some(Phase::Failed)
+            && s.conditions.iter().any(|c| c.type_ == "Failed" && c.message.as_deref() == Some(message))
+    });
+    if !unchanged {
+        write_status(ctx, job, &status).await?;
+        publish(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
+    }
+    Ok(())
+}
+
+/// Publishes an event without holding up the pass: events inform, they do not gate.
+pub(crate) fn publish(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: Option<String>,
+) {
+    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
+    let (ctx, reference, name, reason) = (ctx.clone(), job.object_ref(&()), job.name_any(), reason.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!(job = %name, "publishing event {reason}: {e}");
+        }
+    });
+}
+
+#[cfg(test)]
+#[path = "pass_tests.rs"]
+mod tests;

@@ -1,0 +1,297 @@
+//! Passes against a mocked API server (as kube-rs's controller-rs tests do): an echoing fake that
+//! records every request, with the caches filled by hand.
+
+use std::sync::Mutex;
+
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use kube::runtime::watcher;
+use serde_json::Value;
+
+use super::*;
+use crate::desired::Settings;
+use crate::index::JobIndex;
+use crate::metrics::Metrics;
+use crate::pace::Pacer;
+use crate::view::{PodView, ServiceView};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector;
+
+type Recorded = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// An API server that answers every write with the object it was sent and records it.
+fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let recorded: Recorded = Arc::default();
+    let log = recorded.clone();
+    let job_json = serde_json::to_vec(job).unwrap();
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect().await.unwrap().to_bytes();
+            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_string(), value.clone()));
+            let (code, answer) = match parts.method.as_str() {
+                "POST" => (201, bytes.to_vec()),
+                "PATCH" if parts.uri.path().contains("/dijobs/") => (200, job_json.clone()),
+                "PATCH" => (200, bytes.to_vec()),
+                "DELETE" => (200, br#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#.to_vec()),
+                _ => (
+                    404,
+                    br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#
+                        .to_vec(),
+                ),
+            };
+            send.send_response(Response::builder().status(code).body(Body::from(answer)).unwrap());
+        }
+    });
+    (Client::new(service, "default"), recorded)
+}
+
+fn view_of(job: &DIJob) -> Arc<JobView> {
+    Arc::new(serde_json::from_str(&serde_json::to_string(job).unwrap()).unwrap())
+}
+
+fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {
+    let (pod_store, mut pod_writer) = reflector::store();
+    let pod_index = JobIndex::default();
+    fn view<V: serde::de::DeserializeOwned>(object: impl serde::Serialize) -> V {
+        serde_json::from_value(serde_json::to_value(object).unwrap()).unwrap()
+    }
+    for pod in pods {
+        let mut pod: PodView = view(pod);
+        pod.slim();
+        let event = watcher::Event::Apply(pod);
+        pod_writer.apply_watcher_event(&event);
+        pod_index.apply(&event);
+    }
+    let (service_store, mut service_writer) = reflector::store();
+    let service_index = JobIndex::default();
+    for service in services {
+        let mut service: ServiceView = view(service);
+        service.slim();
+        let event = watcher::Event::Apply(service);
+        service_writer.apply_watcher_event(&event);
+        service_index.apply(&event);
+    }
+    Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
+        client,
+        pods: pod_store,
+        services: service_store,
+        pod_index,
+        service_index,
+        settings: Settings::default(),
+        restart_backoff: Duration::from_secs(10),
+        metrics: Arc::new(Metrics::new()),
+        pacer: Pacer::new(Duration::from_secs(1)),
+    })
+}
+
+fn job(collectors: i32, policy: &str, phase: Option<Phase>) -> DIJob {
+    let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+    let mut job: DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "job", "namespace": "ns", "uid": "job-uid", "generation": 1},
+        "spec": {"cleanPodPolicy": policy, "coordinator": {"template": {"spec": container}},
+                 "collector": {"replicas": collectors, "template": {"spec": container}}},
+    }))
+    .unwrap();
+    job.status = phase.map(|p| DIJobStatus { phase: Some(p), ..Default::default() });
+    job
+}
+
+/// The job's pods and services as they exist once created, pods in `phase_of`'s phase.
+fn world(job: &DIJob, phase_of: impl Fn(&str) -> &'static str) -> (Vec<Pod>, Vec<Service>) {
+    let mut defaulted = job.clone();
+    default_dijob(&mut defaulted);
+    let replicas = desired::replicas(&defaulted, None, &Settings::default()).unwrap();
+    let pods = replicas
+        .iter()
+        .map(|r| {
+            let mut pod = r.pod.clone();
+            pod.metadata.uid = Some(format!("uid-{}", r.name()));
+            pod.status = Some(serde_json::from_value(json!({"phase": phase_of(&r.name())})).unwrap());
+            pod
+        })
+        .collect();
+    (pods, replicas.into_iter().map(|r| r.service).collect())
+}
+
+fn calls(recorded: &Recorded, method: &str, kind: &str) -> Vec<String> {
+    recorded
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, path, _)| m == method && path.split('/').any(|part| part == kind))
+        .map(|(_, path, body)| {
+            body["metadata"]["name"].as_str().map_or_else(|| path.rsplit('/').next().unwrap().to_owned(), str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn first_reconcile_creates_the_coordinator_and_its_service() {
+    let job = job(0, "Running", None);
+    let (client, recorded) = fake_api_server(&job);
+    let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
+    assert_eq!(calls(&recorded, "POST", "services"), vec!["job-coordinator"]);
+    assert_eq!(calls(&recorded, "POST", "pods"), vec!["job-coordinator"]);
+    assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
+    assert_eq!(calls(&recorded, "POST", "roles"), vec!["job-replicas"]);
+    assert_eq!(calls(&recorded, "POST", "rolebindings"), vec!["job-replicas"]);
+    let order: Vec<String> = recorded.lock().unwrap().iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+    let at = |what: &str| order.iter().position(|r| r.ends_with(what)).unwrap_or_else(|| panic!("{what} in {order:?}"));
+    assert!(at("/serviceaccounts") < at("/rolebindings"), "{order:?}");
+    assert!(at("/rolebindings") < at("/pods"), "the coordinator waits for its sidecar's RBAC: {order:?}");
+    // Its status would describe the world before the pods: the pass their events bring
+    // writes it, and a requeue within the status period stands in for lost events.
+    let status_writes = |recorded: &Recorded| -> Vec<Value> {
+        let recorded = recorded.lock().unwrap();
+        recorded.iter().filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect()
+    };
+    assert_eq!(status_writes(&recorded), Vec::<Value>::new());
+    assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
+
+    let (pods, services) = world(&job, |_| "Pending");
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let writes = status_writes(&recorded);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0]["status"]["phase"], "Created");
+}
+
+#[tokio::test]
+async fn a_reconcile_after_a_crash_creates_nothing_twice() {
+    let mut job = job(3, "Running", None);
+    let (pods, services) = world(&job, |_| "Running");
+    // What the crashed pass had already written.
+    let ctx = context(fake_api_server(&job).0, vec![], vec![]);
+    let mut defaulted = job.clone();
+    default_dijob(&mut defaulted);
+    let world = World {
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        taken: Default::default(),
+        aggregator_config: None,
+        missing_aggregator_config: None,
+        now: Timestamp::now(),
+    };
+    job.status = Some(plan::plan(&defaulted, &world, &ctx.settings, ctx.restart_backoff).unwrap().status);
+
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let writes: Vec<_> =
+        recorded.lock().unwrap().iter().filter(|(m, _, _)| m != "GET").map(|(m, p, _)| format!("{m} {p}")).collect();
+    assert_eq!(writes, Vec::<String>::new(), "a converged job costs no request");
+}
+
+#[tokio::test]
+async fn completion_applies_each_cleanup_policy() {
+    let cases = [
+        ("Running", vec!["job-collector-1", "job-collector-0"]),
+        ("All", vec!["job-coordinator", "job-collector-0", "job-collector-1"]),
+        ("None", vec![]),
+    ];
+    for (policy, mut want) in cases {
+        let job = job(2, policy, Some(Phase::Running));
+        let (pods, services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
+        let (client, recorded) = fake_api_server(&job);
+        reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+        let mut deleted = calls(&recorded, "DELETE", "pods");
+        deleted.sort();
+        want.sort();
+        assert_eq!(deleted, want, "policy {policy}");
+        let mut services_deleted = calls(&recorded, "DELETE", "services");
+        services_deleted.sort();
+        assert_eq!(services_deleted, vec!["job-collector-0", "job-collector-1", "job-coordinator"], "policy {policy}");
+        assert_eq!(calls(&recorded, "DELETE", "roles"), vec!["job-replicas"], "policy {policy}");
+        assert!(calls(&recorded, "POST", "pods").is_empty(), "policy {policy}");
+    }
+}
+
+#[tokio::test]
+async fn an_invalid_job_is_marked_failed_once() {
+    let job = job(-1, "Running", None);
+    let (client, recorded) = fake_api_server(&job);
+    let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
+    assert_eq!(requeue, Requeue::await_change());
+    let status: Vec<Value> =
+        recorded.lock().unwrap().iter().filter(|(_, p, _)| p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0]["status"]["phase"], "Failed");
+    assert_eq!(status[0]["status"]["conditions"][1]["reason"], "InvalidSpec");
+    assert!(calls(&recorded, "POST", "pods").is_empty());
+}
+
+/// The job's status writes, in order.
+fn status_writes(recorded: &Recorded) -> Vec<Value> {
+    let recorded = recorded.lock().unwrap();
+    recorded.iter().filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect()
+}
+
+/// Every object of `pods` and `services` controlled by another UID, as a predecessor's are.
+fn owned_by(uid: &str, pods: &mut [Pod], services: &mut [Service]) {
+    let metas = pods.iter_mut().map(|p| &mut p.metadata).chain(services.iter_mut().map(|s| &mut s.metadata));
+    for meta in metas {
+        for reference in meta.owner_references.iter_mut().flatten() {
+            reference.uid = uid.to_owned();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_submitted_again_ignores_its_predecessors_objects() {
+    // `kubectl delete -f job.yaml && kubectl apply -f job.yaml`: the predecessor (cleanPodPolicy
+    // None) had finished; its pods and services are still there, being collected.
+    let job = job(2, "None", None);
+    let (mut pods, mut services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
+    owned_by("predecessor-uid", &mut pods, &mut services);
+    for service in &mut services {
+        service.annotations_mut().insert(di_api::contract::annotations::RESTARTS.into(), "3".into());
+    }
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+
+    let writes = status_writes(&recorded);
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let status = &writes[0]["status"];
+    assert_eq!(status["phase"], "Created", "the predecessor's coordinator does not finish this job");
+    assert_eq!(status["collectors"], "0/2", "the predecessor's collectors are not counted");
+    let taken = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "NamesTaken").unwrap();
+    assert_eq!(taken["status"], "True");
+    assert!(taken["message"].as_str().unwrap().contains("job-coordinator"), "{taken}");
+    let touched: Vec<String> = recorded
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"))
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect();
+    assert_eq!(touched, Vec::<String>::new(), "nothing of the predecessor is deleted or created over");
+}
+
+#[tokio::test]
+async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
+    let mut job = job(2, "Running", Some(Phase::Running));
+    job.spec.suspend = Some(true);
+    let (pods, services) = world(&job, |_| "Running");
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let deletes: Vec<(String, Value)> = recorded
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "DELETE" && p.contains("/pods/"))
+        .map(|(_, p, body)| (p.rsplit('/').next().unwrap().to_owned(), body.clone()))
+        .collect();
+    assert_eq!(deletes.len(), 3, "{deletes:?}");
+    for (name, body) in deletes {
+        // A forced delete frees the name while the container may still run on its node: a
+        // replacement would run beside it.
+        assert!(body.get("gracePeriodSeconds").is_none(), "{name}: {body}");
+        assert_eq!(body["preconditions"]["uid"], format!("uid-{name}"), "{name}: {body}");
+    }
+}
