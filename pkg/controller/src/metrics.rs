@@ -41,6 +41,8 @@ pub struct Metrics {
     pub pods_created: Counter,
     pub pods_deleted: Counter,
     pub status_writes: Counter,
+    /// Passes that found their cached job older than the stored one and left it for the next.
+    pub stale_passes: Counter,
     pub phase_transitions: Family<PhaseLabel, Counter>,
     /// DIJobs by phase, set from the reconciler's cache when scraped.
     pub jobs: Family<PhaseLabel, Gauge>,
@@ -66,6 +68,7 @@ impl Metrics {
             pods_created: Counter::default(),
             pods_deleted: Counter::default(),
             status_writes: Counter::default(),
+            stale_passes: Counter::default(),
             phase_transitions: Family::default(),
             jobs: Family::default(),
             api_requests: Family::default(),
@@ -84,6 +87,11 @@ impl Metrics {
             r.register("pods_created", "Pods created", metrics.pods_created.clone());
             r.register("pods_deleted", "Pods deleted", metrics.pods_deleted.clone());
             r.register("status_writes", "DIJob status writes", metrics.status_writes.clone());
+            r.register(
+                "stale_passes",
+                "Reconcile passes that found their cached DIJob older than the stored one",
+                metrics.stale_passes.clone(),
+            );
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
             r.register("api_requests", "Requests sent to the API server, by HTTP method", metrics.api_requests.clone());

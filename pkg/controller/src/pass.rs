@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
@@ -18,15 +19,27 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::desired;
-use crate::execute::execute;
+use crate::execute::{execute, is_status};
 use crate::pace::{self, Write};
-use crate::plan::{self, World};
+use crate::plan::{self, Action, Plan, World};
 use crate::reconciler::{Context, Error, MANAGER};
 use crate::status::{self, Facts};
 use crate::view::JobView;
 
 pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let _timer = ctx.metrics.reconcile_started();
+    match pass(view, &ctx).await {
+        // The cached job is older than the one stored: the newer one's watch event brings the
+        // next pass; the requeue only stands in for a lost event.
+        Err(Error::StaleJob) => {
+            ctx.metrics.stale_passes.inc();
+            Ok(Requeue::requeue(Duration::from_secs(1)))
+        }
+        other => other,
+    }
+}
+
+async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> {
     if view.metadata.deletion_timestamp.is_some() {
         // Everything the job owns goes with it through garbage collection.
         return Ok(Requeue::await_change());
@@ -38,7 +51,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
         Err(e) => {
             // Only a spec the API server's schema let through but the types cannot read.
             let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
-            mark_failed(&ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
+            mark_failed(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
             return Ok(Requeue::await_change());
         }
     };
@@ -47,7 +60,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     if let Err(errors) = validate_dijob(&job) {
         // A bad object is marked once and left alone: requeueing it cannot fix it.
         let message = format!("the job is invalid: {errors}");
-        mark_failed(&ctx, &job, "InvalidSpec", &message).await?;
+        mark_failed(ctx, &job, "InvalidSpec", &message).await?;
         return Ok(Requeue::await_change());
     }
 
@@ -58,7 +71,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
     let services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
 
-    let (aggregator_config, missing) = aggregator_config(&ctx, &job).await?;
+    let (aggregator_config, missing) = aggregator_config(ctx, &job).await?;
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
@@ -70,7 +83,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     let plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
         Err(e) => {
-            mark_failed(&ctx, &job, "CannotBuildPods", &e.to_string()).await?;
+            mark_failed(ctx, &job, "CannotBuildPods", &e.to_string()).await?;
             return Ok(Requeue::await_change());
         }
     };
@@ -79,16 +92,21 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
     // pass that created pods leaves its status unwritten, since it describes the world before
     // them: the pods' own watch events bring the next pass, which writes the world as it is.
+    if recreates_coordinator(&job, &plan) {
+        // Only a cache that missed the job's last status (say, Succeeded, then the cleanup that
+        // deleted the coordinator) could bring a finished job's coordinator back.
+        confirm_current(ctx, &job).await?;
+    }
     let finishing = plan.status.phase.is_some_and(Phase::is_finished);
     let deferred = if finishing {
-        let deferred = record_status(&ctx, &job, &plan.status).await?;
-        execute(&ctx, &job, &plan.actions).await?;
+        let deferred = record_status(ctx, &job, &plan.status).await?;
+        execute(ctx, &job, &plan.actions).await?;
         deferred
-    } else if execute(&ctx, &job, &plan.actions).await? {
+    } else if execute(ctx, &job, &plan.actions).await? {
         // Should the pods' events be lost, the status still follows soon.
         Some(ctx.pacer.period.max(Duration::from_secs(1)))
     } else {
-        record_status(&ctx, &job, &plan.status).await?
+        record_status(ctx, &job, &plan.status).await?
     };
     // A periodic look catches what no watch event reports (time passing, a lost event).
     let next = [plan.requeue_after, deferred].into_iter().flatten().min();
@@ -134,14 +152,38 @@ async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<Aggrega
     }
 }
 
+/// Whether the plan creates a coordinator for a job that has had one: its status says so.
+fn recreates_coordinator(job: &DIJob, plan: &Plan) -> bool {
+    let coordinator = names::coordinator(&job.name_any());
+    job.status.as_ref().is_some_and(|s| s.phase.is_some())
+        && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator))
+}
+
+/// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).
+async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
+    let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let stored = api.get_metadata_opt(&job.name_any()).await?;
+    match stored {
+        Some(stored) if stored.metadata.resource_version == job.metadata.resource_version => Ok(()),
+        _ => Err(Error::StaleJob),
+    }
+}
+
+/// Writes the status computed from the cached job, on the condition that the stored job is still
+/// that one (its resourceVersion): a status computed from an older job never replaces a newer one.
 async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Result<(), Error> {
     let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
     let patch = json!({
         "apiVersion": DIJob::api_version(&()),
         "kind": DIJob::kind(&()),
+        "metadata": {"resourceVersion": job.metadata.resource_version},
         "status": status,
     });
-    api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await?;
+    match api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 409) => return Err(Error::StaleJob),
+        Err(e) => return Err(e.into()),
+    }
     ctx.metrics.status_writes.inc();
     Ok(())
 }

@@ -23,6 +23,14 @@ type Recorded = Arc<Mutex<Vec<(String, String, Value)>>>;
 
 /// An API server that answers every write with the object it was sent and records it.
 fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
+    fake_api_server_with(job, |_, _| None)
+}
+
+/// An answer the test gives instead of the echo: `(status, body)`.
+type Answer = Option<(u16, Vec<u8>)>;
+
+/// The echoing fake, except where `answer` says otherwise for a method and path.
+fn fake_api_server_with(job: &DIJob, answer: impl Fn(&str, &str) -> Answer + Send + 'static) -> (Client, Recorded) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let recorded: Recorded = Arc::default();
     let log = recorded.clone();
@@ -33,7 +41,8 @@ fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
             let bytes = body.collect().await.unwrap().to_bytes();
             let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_string(), value.clone()));
-            let (code, answer) = match parts.method.as_str() {
+            let given = answer(parts.method.as_str(), parts.uri.path());
+            let (code, answer) = given.unwrap_or_else(|| match parts.method.as_str() {
                 "POST" => (201, bytes.to_vec()),
                 "PATCH" if parts.uri.path().contains("/dijobs/") => (200, job_json.clone()),
                 "PATCH" => (200, bytes.to_vec()),
@@ -43,7 +52,7 @@ fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
                     br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#
                         .to_vec(),
                 ),
-            };
+            });
             send.send_response(Response::builder().status(code).body(Body::from(answer)).unwrap());
         }
     });
@@ -294,4 +303,52 @@ async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
         assert!(body.get("gracePeriodSeconds").is_none(), "{name}: {body}");
         assert_eq!(body["preconditions"]["uid"], format!("uid-{name}"), "{name}: {body}");
     }
+}
+
+const CONFLICT: &[u8] = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}"#;
+
+#[tokio::test]
+async fn a_status_computed_from_an_older_job_never_replaces_the_stored_one() {
+    let mut job = job(1, "Running", Some(Phase::Created));
+    job.metadata.resource_version = Some("41".into());
+    let (pods, services) = world(&job, |_| "Running");
+    // The stored job moved on (resourceVersion 42): the API server refuses the write.
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        (method == "PATCH" && path.ends_with("/status")).then(|| (409, CONFLICT.to_vec()))
+    });
+    let requeue = reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let writes = status_writes(&recorded);
+    assert_eq!(writes.len(), 1);
+    assert_eq!(writes[0]["metadata"]["resourceVersion"], "41", "the write is conditional on the cached job");
+    assert_eq!(
+        requeue,
+        Requeue::requeue(Duration::from_secs(1)),
+        "a conflict is no error: the newer job's event follows"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
+    // Stored: Succeeded, then cleanup (policy All) deleted every pod. Cached: still Running.
+    let mut job = job(2, "All", Some(Phase::Running));
+    job.metadata.resource_version = Some("41".into());
+    let stored = format!(
+        r#"{{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"45"}}}}"#
+    );
+    let (client, recorded) = fake_api_server_with(&job, move |method, path| {
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, stored.clone().into_bytes()))
+    });
+    let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
+    assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new());
+    assert_eq!(status_writes(&recorded), Vec::<Value>::new(), "no Created over Succeeded");
+    assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
+
+    // With the stored job the same as the cached one, a deleted coordinator of a running job is
+    // created again.
+    let current = r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"41"}}"#;
+    let (client, recorded) = fake_api_server_with(&job, move |method, path| {
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, current.as_bytes().to_vec()))
+    });
+    reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
+    assert!(calls(&recorded, "POST", "pods").contains(&"job-coordinator".to_string()));
 }

@@ -11,7 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::desired::{BuildError, Settings, managed_selector};
 use crate::index::JobIndex;
@@ -29,6 +29,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("building the job's objects: {0}")]
     Build(#[from] BuildError),
+    #[error("the cached job is older than the stored one")]
+    StaleJob,
     #[error("{kind} {name} belongs to another owner: waiting for it to be deleted")]
     NameTaken { kind: String, name: String },
 }
@@ -123,6 +125,18 @@ pub async fn run(
         .modify(JobView::slim)
         .reflect(job_writer)
         .touched_objects();
+    // No pass runs before the pods and services are listed: a pass over an empty cache would see
+    // a running job without its coordinator and set it back to Created. The controller polls the
+    // pod and service watches meanwhile, which is what makes them ready.
+    let listed = {
+        let (pods, services) = (context.pods.clone(), context.services.clone());
+        async move {
+            let _ = futures::join!(pods.wait_until_ready(), services.wait_until_ready());
+            info!("pods and services listed: reconciling");
+            job_stream
+        }
+    };
+    let job_stream = futures::stream::once(listed).flatten();
     let controller = Controller::for_stream(job_stream, job_store);
     let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
     controller
