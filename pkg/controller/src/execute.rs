@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use di_api::DIJob;
-use di_api::contract::{annotations, names};
+use di_api::contract::names;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -80,15 +80,16 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
                     created.push(pod.name_any());
                 }
             }
-            Action::MarkRestart { service, restarts, failed_uid, restart_after } => {
-                let patch = json!({"metadata": {"annotations": {
-                    annotations::RESTARTS: restarts.to_string(),
-                    annotations::LAST_FAILED_UID: failed_uid,
-                    annotations::RESTART_AFTER: restart_after.to_string(),
-                }}});
+            Action::MarkRestart { service, mark } => {
+                // The UID, when known, makes this a write to the Service that was read.
+                let patch = json!({"metadata": {"uid": mark.service_uid, "annotations": mark.annotations()}});
                 match services.patch(service, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    Ok(_) => replaced.push(format!("{service} (restart {restarts})")),
-                    Err(e) if is_status(&e, 404) => {}
+                    Ok(_) => {
+                        ctx.marks.wrote(&namespace, service, mark.clone());
+                        replaced.push(format!("{service} (restart {})", mark.restarts));
+                    }
+                    // Gone or replaced: the pass that sees the new Service counts afresh.
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
                     Err(e) => return Err(e.into()),
                 }
             }

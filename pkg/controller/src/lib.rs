@@ -10,5 +10,6 @@ pub mod pace;
 mod pass;
 pub mod plan;
 pub mod reconciler;
+pub mod restarts;
 pub mod status;
 pub mod view;

@@ -69,7 +69,8 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
     let taken: BTreeSet<String> = pods.foreign.into_iter().chain(services.foreign).collect();
     let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
-    let services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+    let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+    ctx.marks.overlay(&namespace, &mut services);
 
     let (aggregator_config, missing) = aggregator_config(ctx, &job).await?;
     let world = World {

@@ -14,6 +14,7 @@ use crate::desired::Settings;
 use crate::index::JobIndex;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
+use crate::restarts::Marks;
 use crate::view::{PodView, ServiceView};
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
@@ -64,6 +65,11 @@ fn view_of(job: &DIJob) -> Arc<JobView> {
 }
 
 fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {
+    context_with(client, pods, services, Arc::default())
+}
+
+/// A context whose restart marks are `marks`, shared with another pass's.
+fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: Arc<Marks>) -> Arc<Context> {
     let (pod_store, mut pod_writer) = reflector::store();
     let pod_index = JobIndex::default();
     fn view<V: serde::de::DeserializeOwned>(object: impl serde::Serialize) -> V {
@@ -96,6 +102,7 @@ fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Contex
         restart_backoff: Duration::from_secs(10),
         metrics: Arc::new(Metrics::new()),
         pacer: Pacer::new(Duration::from_secs(1)),
+        marks,
     })
 }
 
@@ -351,4 +358,23 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     });
     reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert!(calls(&recorded, "POST", "pods").contains(&"job-coordinator".to_string()));
+}
+
+#[tokio::test]
+async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() {
+    let job = job(1, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |name| if name == "job-collector-0" { "Failed" } else { "Running" });
+    let marks: Arc<Marks> = Arc::default();
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context_with(client, pods.clone(), services.clone(), marks.clone())).await.unwrap();
+    let marked =
+        recorded.lock().unwrap().iter().any(|(m, p, _)| m == "PATCH" && p.ends_with("/services/job-collector-0"));
+    assert!(marked, "the first failure is counted on the service");
+    assert_eq!(calls(&recorded, "DELETE", "pods"), ["job-collector-0"]);
+
+    // The next pass: the pod's deletion is in the cache, the service's count is not yet.
+    let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "job-collector-0").collect();
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context_with(client, pods, services, marks)).await.unwrap();
+    assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new(), "not before the backoff");
 }

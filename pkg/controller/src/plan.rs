@@ -13,6 +13,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use crate::desired::{self, BuildError, Rbac, Settings};
+use crate::restarts::Mark;
 use crate::status::{self, Facts, is_active, is_terminating, pod_phase, role_of};
 
 /// What exists of a job, and when.
@@ -40,9 +41,7 @@ pub enum Action {
     /// Count a failed replica's replacement on its Service, then its pod is deleted.
     MarkRestart {
         service: String,
-        restarts: u32,
-        failed_uid: String,
-        restart_after: Timestamp,
+        mark: Mark,
     },
     /// Deletes the pod with this UID (not a newer one of the same name), with its own grace
     /// period: its containers stop before the name is free for a replacement.
@@ -193,12 +192,9 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                         let next = restarts + 1;
                         let wait = backoff(restart_backoff, next);
                         let restart_after = world.now + SignedDuration::try_from(wait).unwrap_or(SignedDuration::ZERO);
-                        actions.push(Action::MarkRestart {
-                            service: pod_name.clone(),
-                            restarts: next,
-                            failed_uid: uid,
-                            restart_after,
-                        });
+                        let service_uid = service.and_then(|s| s.uid());
+                        let mark = Mark { service_uid, restarts: next, failed_uid: uid, restart_after };
+                        actions.push(Action::MarkRestart { service: pod_name.clone(), mark });
                         requeue_at(wait);
                     }
                     actions.push(delete_pod(pod, Why::Failed));

@@ -18,6 +18,7 @@ use crate::index::JobIndex;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
+use crate::restarts::Marks;
 use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Field manager of everything the reconciler writes.
@@ -49,6 +50,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub pacer: Pacer,
+    /// Restart marks written and not yet seen in the service cache.
+    pub marks: Arc<Marks>,
 }
 
 /// Options of the reconciler loop.
@@ -116,6 +119,7 @@ pub async fn run(
         restart_backoff: options.restart_backoff,
         metrics,
         pacer: Pacer::new(options.status_period),
+        marks: Arc::default(),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());

@@ -10,6 +10,7 @@ use di_api::contract::annotations;
 use di_api::{DIJob, DIJobStatus, Phase};
 use di_controller::desired::{self, Settings};
 use di_controller::plan::{Action, Plan, Why, World, backoff, plan};
+use di_controller::restarts::Mark;
 use di_controller::status::job_phase;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -159,9 +160,12 @@ fn a_failed_collector_is_counted_deleted_and_recreated_after_backoff() {
         vec![
             Action::MarkRestart {
                 service: "job-collector-0".into(),
-                restarts: 1,
-                failed_uid: "uid-job-collector-0".into(),
-                restart_after
+                mark: Mark {
+                    service_uid: services[1].uid(),
+                    restarts: 1,
+                    failed_uid: "uid-job-collector-0".into(),
+                    restart_after
+                },
             },
             Action::DeletePod { name: "job-collector-0".into(), uid: "uid-job-collector-0".into(), why: Why::Failed },
         ]
