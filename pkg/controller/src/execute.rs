@@ -14,9 +14,10 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::info;
 
-use crate::pass::publish;
+use crate::error::Error;
+use crate::pass::publish_on;
 use crate::plan::{Action, Why};
-use crate::reconciler::{Context, Error, MANAGER};
+use crate::reconciler::{Context, MANAGER};
 use crate::view::controller_uid;
 
 /// Carries out the actions; whether any pod was created.
@@ -90,7 +91,7 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
                     }
                     // Gone or replaced: the pass that sees the new Service counts afresh.
                     Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(source) => return Err(Error::MarkRestart { service: service.clone(), source }),
                 }
             }
             Action::DeletePod { name, uid, why } => {
@@ -110,14 +111,16 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             }
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
+                // This job, not one submitted again under its name since.
                 let params = DeleteParams {
                     propagation_policy: Some(kube::api::PropagationPolicy::Background),
+                    preconditions: Some(Preconditions { uid: job.uid(), ..Default::default() }),
                     ..Default::default()
                 };
                 match jobs.delete(&job.name_any(), &params).await {
                     Ok(_) => info!(job = %job.name_any(), "deleted after its TTL"),
-                    Err(e) if is_status(&e, 404) => {}
-                    Err(e) => return Err(e.into()),
+                    Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+                    Err(source) => return Err(Error::DeleteJob { source }),
                 }
             }
         }
@@ -130,10 +133,10 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
 fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
     let Done { created, deleted, replaced } = done;
     if !created.is_empty() {
-        publish(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", created)));
+        publish_on(ctx, job, EventType::Normal, "Created", "CreatePods", Some(summary("created", created)));
     }
     if !replaced.is_empty() {
-        publish(
+        publish_on(
             ctx,
             job,
             EventType::Warning,
@@ -151,7 +154,7 @@ fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {
-            publish(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
+            publish_on(ctx, job, EventType::Normal, reason, "DeletePods", Some(summary("deleted", &names)));
         }
     }
 }
@@ -169,12 +172,12 @@ fn summary(verb: &str, names: &[String]) -> String {
 /// Creates `object`; `Ok(false)` when it already exists, which is success.
 async fn create<K>(api: &Api<K>, object: &K) -> Result<bool, Error>
 where
-    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     match api.create(&PostParams { field_manager: Some(MANAGER.into()), ..Default::default() }, object).await {
         Ok(_) => Ok(true),
         Err(e) if is_status(&e, 409) => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(source) => Err(Error::Create { kind: K::kind(&()).into_owned(), name: object.name_any(), source }),
     }
 }
 
@@ -184,7 +187,7 @@ where
 /// is already gone, which is success.
 async fn delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Result<bool, Error>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
     let preconditions =
         uid.filter(|u| !u.is_empty()).map(|u| Preconditions { uid: Some(u.to_owned()), ..Default::default() });
@@ -193,7 +196,7 @@ where
         Ok(_) => Ok(true),
         // 409: the UID precondition failed, so the object meant is gone too.
         Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(source) => Err(Error::Delete { kind: K::kind(&()).into_owned(), name: name.to_owned(), source }),
     }
 }
 
@@ -208,10 +211,10 @@ where
         return Ok(());
     }
     let name = object.name_any();
-    match api.get_opt(&name).await? {
-        Some(found) if controller_uid(found.meta()) != Some(uid) => {
-            Err(Error::NameTaken { kind: K::kind(&()).into_owned(), name })
-        }
+    let found = api.get_opt(&name).await;
+    let kind = K::kind(&()).into_owned();
+    match found.map_err(|source| Error::Create { kind: kind.clone(), name: name.clone(), source })? {
+        Some(found) if controller_uid(found.meta()) != Some(uid) => Err(Error::NameTaken { kind, name }),
         // Ours, or gone since: the next pass creates it again.
         _ => Ok(()),
     }

@@ -2,6 +2,7 @@
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
 pub mod desired;
+pub mod error;
 mod execute;
 pub mod index;
 pub mod leader;

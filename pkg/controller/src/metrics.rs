@@ -17,6 +17,11 @@ pub struct PhaseLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VerbLabel {
     pub verb: String,
 }
@@ -36,7 +41,8 @@ fn latency_buckets() -> Histogram {
 
 pub struct Metrics {
     pub reconciles: Counter,
-    pub reconcile_errors: Counter,
+    /// Failed passes, by the error's kind.
+    pub reconcile_errors: Family<KindLabel, Counter>,
     pub reconcile_duration: Histogram,
     pub pods_created: Counter,
     pub pods_deleted: Counter,
@@ -63,7 +69,7 @@ impl Metrics {
     pub fn new() -> Self {
         let metrics = Metrics {
             reconciles: Counter::default(),
-            reconcile_errors: Counter::default(),
+            reconcile_errors: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             pods_created: Counter::default(),
             pods_deleted: Counter::default(),
@@ -80,7 +86,7 @@ impl Metrics {
             r.register("reconciles", "Reconcile passes started", metrics.reconciles.clone());
             r.register(
                 "reconcile_errors",
-                "Reconcile passes that failed and were requeued",
+                "Reconcile passes that failed and were requeued, by the error's kind",
                 metrics.reconcile_errors.clone(),
             );
             r.register("reconcile_duration_seconds", "Time a reconcile pass takes", metrics.reconcile_duration.clone());
@@ -121,6 +127,10 @@ impl Metrics {
         }
         let label = RequestLabel { verb: method.to_owned(), resource: resource_of(path) };
         self.api_request_duration.get_or_create(&label).observe(seconds);
+    }
+
+    pub fn reconcile_failed(&self, kind: &str) {
+        self.reconcile_errors.get_or_create(&KindLabel { kind: kind.to_owned() }).inc();
     }
 
     pub fn phase_transition(&self, phase: Phase) {

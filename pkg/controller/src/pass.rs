@@ -9,7 +9,7 @@ use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -19,15 +19,17 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::desired;
+use crate::error::Error;
 use crate::execute::{execute, is_status};
 use crate::pace::{self, Write};
 use crate::plan::{self, Action, Plan, World};
-use crate::reconciler::{Context, Error, MANAGER};
+use crate::reconciler::{Context, MANAGER};
 use crate::status::{self, Facts};
 use crate::view::JobView;
 
 pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let _timer = ctx.metrics.reconcile_started();
+    let uid = view.uid().unwrap_or_default();
     match pass(view, &ctx).await {
         // The cached job is older than the one stored: the newer one's watch event brings the
         // next pass; the requeue only stands in for a lost event.
@@ -35,7 +37,11 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
             ctx.metrics.stale_passes.inc();
             Ok(Requeue::requeue(Duration::from_secs(1)))
         }
-        other => other,
+        Ok(requeue) => {
+            ctx.retries.succeeded(&uid);
+            Ok(requeue)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -132,7 +138,7 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
         ctx.metrics.phase_transition(phase);
         let kind = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
         let note = status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
-        publish(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
+        publish_on(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
     }
     Ok(None)
 }
@@ -144,7 +150,8 @@ async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<Aggrega
     }
     let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);
     let api: Api<AggregatorConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    match api.get_opt(&name).await? {
+    let found = api.get_opt(&name).await;
+    match found.map_err(|source| Error::ReadAggregatorConfig { name: format!("{namespace}/{name}"), source })? {
         Some(mut config) => {
             di_api::defaults::default_aggregator_config(&mut config);
             Ok((Some(config), None))
@@ -163,7 +170,7 @@ fn recreates_coordinator(job: &DIJob, plan: &Plan) -> bool {
 /// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).
 async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
     let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let stored = api.get_metadata_opt(&job.name_any()).await?;
+    let stored = api.get_metadata_opt(&job.name_any()).await.map_err(|source| Error::ReadJob { source })?;
     match stored {
         Some(stored) if stored.metadata.resource_version == job.metadata.resource_version => Ok(()),
         _ => Err(Error::StaleJob),
@@ -183,7 +190,7 @@ async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Resul
     match api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch)).await {
         Ok(_) => {}
         Err(e) if is_status(&e, 409) => return Err(Error::StaleJob),
-        Err(e) => return Err(e.into()),
+        Err(source) => return Err(Error::WriteStatus { source }),
     }
     ctx.metrics.status_writes.inc();
     Ok(())
@@ -199,13 +206,32 @@ async fn mark_failed(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &st
     });
     if !unchanged {
         write_status(ctx, job, &status).await?;
-        publish(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
+        publish_on(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
     }
     Ok(())
 }
 
-/// Publishes an event without holding up the pass: events inform, they do not gate.
+/// Publishes an event on the job without holding up the pass: events inform, they do not gate.
 pub(crate) fn publish(
+    ctx: &Arc<Context>,
+    job: &ObjectReference,
+    name: &str,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: Option<String>,
+) {
+    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
+    let (ctx, reference, name, reason) = (ctx.clone(), job.clone(), name.to_owned(), reason.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!(job = %name, "publishing event {reason}: {e}");
+        }
+    });
+}
+
+/// Publishes an event on `job`.
+pub(crate) fn publish_on(
     ctx: &Arc<Context>,
     job: &DIJob,
     type_: EventType,
@@ -213,13 +239,7 @@ pub(crate) fn publish(
     action: &str,
     note: Option<String>,
 ) {
-    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
-    let (ctx, reference, name, reason) = (ctx.clone(), job.object_ref(&()), job.name_any(), reason.to_owned());
-    tokio::spawn(async move {
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            warn!(job = %name, "publishing event {reason}: {e}");
-        }
-    });
+    publish(ctx, &job.object_ref(&()), &job.name_any(), type_, reason, action, note);
 }
 
 #[cfg(test)]

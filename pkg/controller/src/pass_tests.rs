@@ -103,6 +103,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         metrics: Arc::new(Metrics::new()),
         pacer: Pacer::new(Duration::from_secs(1)),
         marks,
+        retries: Default::default(),
     })
 }
 
@@ -339,11 +340,9 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     // Stored: Succeeded, then cleanup (policy All) deleted every pod. Cached: still Running.
     let mut job = job(2, "All", Some(Phase::Running));
     job.metadata.resource_version = Some("41".into());
-    let stored = format!(
-        r#"{{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"45"}}}}"#
-    );
+    let stored = r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"45"}}"#;
     let (client, recorded) = fake_api_server_with(&job, move |method, path| {
-        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, stored.clone().into_bytes()))
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, stored.as_bytes().to_vec()))
     });
     let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new());
@@ -377,4 +376,39 @@ async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() 
     let (client, recorded) = fake_api_server(&job);
     reconcile(view_of(&job), context_with(client, pods, services, marks)).await.unwrap();
     assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new(), "not before the backoff");
+}
+
+#[tokio::test]
+async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff() {
+    let job = job(1, "Running", None);
+    let forbidden = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"pods is forbidden: exceeded quota"}"#;
+    let (client, recorded) = fake_api_server_with(&job, move |method, path| {
+        (method == "POST" && path.ends_with("/pods")).then(|| (403, forbidden.to_vec()))
+    });
+    let ctx = context(client, vec![], vec![]);
+    let error = reconcile(view_of(&job), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.kind(), "CreatePod");
+    assert!(error.to_string().contains("exceeded quota"), "{error}");
+
+    let first = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
+    let second = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
+    assert_eq!(first, Requeue::requeue(Duration::from_secs(1)));
+    assert_eq!(second, Requeue::requeue(Duration::from_secs(2)), "backs off per job");
+
+    // The Warning event says what failed, with the API server's words.
+    let warning = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let found = recorded.lock().unwrap().iter().find_map(|(m, p, body)| {
+                (m == "POST" && p.ends_with("/events") && body["reason"] == "CreatePod").then(|| body.clone())
+            });
+            if let Some(event) = found {
+                return event;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a Warning event with the error's kind");
+    assert_eq!(warning["type"], "Warning");
+    assert!(warning["note"].as_str().unwrap().contains("creating Pod job-"), "{warning}");
 }

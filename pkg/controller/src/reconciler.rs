@@ -7,13 +7,14 @@ use std::time::Duration;
 use di_api::Phase;
 use futures::StreamExt;
 use kube::runtime::controller::{Action as Requeue, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::desired::{BuildError, Settings, managed_selector};
+use crate::desired::{Settings, managed_selector};
+use crate::error::{Error, Retries};
 use crate::index::JobIndex;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
@@ -23,18 +24,6 @@ use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Field manager of everything the reconciler writes.
 pub const MANAGER: &str = "di-orchestrator";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("building the job's objects: {0}")]
-    Build(#[from] BuildError),
-    #[error("the cached job is older than the stored one")]
-    StaleJob,
-    #[error("{kind} {name} belongs to another owner: waiting for it to be deleted")]
-    NameTaken { kind: String, name: String },
-}
 
 /// Everything a pass needs besides the job.
 pub struct Context {
@@ -52,6 +41,8 @@ pub struct Context {
     pub pacer: Pacer,
     /// Restart marks written and not yet seen in the service cache.
     pub marks: Arc<Marks>,
+    /// Failed passes in a row, per job.
+    pub retries: Retries,
 }
 
 /// Options of the reconciler loop.
@@ -120,6 +111,7 @@ pub async fn run(
         metrics,
         pacer: Pacer::new(options.status_period),
         marks: Arc::default(),
+        retries: Retries::default(),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
@@ -179,10 +171,22 @@ fn job_of<K: JobMember>(object: K) -> Option<ObjectRef<JobView>> {
     Some(ObjectRef::new(object.job()?).within(&object.namespace()?))
 }
 
-fn error_policy(job: Arc<JobView>, error: &Error, ctx: Arc<Context>) -> Requeue {
-    ctx.metrics.reconcile_errors.inc();
-    warn!(job = %job.name_any(), namespace = ?job.namespace(), "reconcile failed: {error}");
-    Requeue::requeue(Duration::from_secs(5))
+/// A failed pass: the job's users read why in a Warning event (reason: the error's kind), and
+/// the job is looked at again after a backoff that grows with each failure in a row.
+pub(crate) fn error_policy(job: Arc<JobView>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    let kind = error.kind();
+    ctx.metrics.reconcile_failed(&kind);
+    warn!(job = %job.name_any(), namespace = ?job.namespace(), kind = %kind, "reconcile failed: {error}");
+    pass::publish(
+        &ctx,
+        &job.object_ref(&()),
+        &job.name_any(),
+        EventType::Warning,
+        &kind,
+        "Reconcile",
+        Some(error.to_string()),
+    );
+    Requeue::requeue(ctx.retries.failed(&job.uid().unwrap_or_default()))
 }
 
 #[cfg(test)]
