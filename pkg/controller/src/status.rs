@@ -128,13 +128,18 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
     let mut replica_status: BTreeMap<String, ReplicaStatus> = BTreeMap::new();
     for pod in pods {
         let Some(role) = role_of(pod) else { continue };
+        // A pod that counts nothing (terminating) makes no entry: an all-zero entry is an empty
+        // object, which server-side apply stores as null, and the schema refuses null.
+        let (active, succeeded, failed) = match pod_phase(pod) {
+            "Succeeded" => (0, 1, 0),
+            "Failed" => (0, 0, 1),
+            _ if is_active(pod) => (1, 0, 0),
+            _ => continue,
+        };
         let entry = replica_status.entry(role.replica_type().to_string()).or_default();
-        match pod_phase(pod) {
-            "Succeeded" => entry.succeeded += 1,
-            "Failed" => entry.failed += 1,
-            _ if is_active(pod) => entry.active += 1,
-            _ => {}
-        }
+        entry.active += active;
+        entry.succeeded += succeeded;
+        entry.failed += failed;
     }
 
     DIJobStatus {
@@ -221,4 +226,29 @@ pub fn finished_at(job: &DIJob) -> Option<Timestamp> {
         _ => return None,
     };
     status.conditions.iter().find(|c| c.type_ == kind && c.status == "True")?.last_transition_time.as_ref().map(|t| t.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_terminating_pod_counts_nothing_and_makes_no_entry() {
+        let pod = |name: &str, phase: &str, terminating: bool| -> Pod {
+            let deleted = terminating.then_some("2026-01-01T00:00:00Z");
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "deletionTimestamp": deleted,
+                             "labels": {labels::REPLICA_TYPE: if name.contains("coordinator") { "coordinator" } else { "collector" }}},
+                "status": {"phase": phase},
+            }))
+            .unwrap()
+        };
+        let pods = [pod("job-coordinator", "Running", true), pod("job-collector-0", "Running", false)];
+        let status = compute(&DIJob::default(), &pods.iter().collect::<Vec<_>>(), &Facts::default(), Timestamp::now());
+        let types: Vec<&String> = status.replica_status.keys().collect();
+        assert_eq!(types, ["Collector"], "{:?}", status.replica_status);
+        assert_eq!(status.replica_status["Collector"].active, 1);
+    }
 }

@@ -4,12 +4,14 @@
 //! calls act on real containers, whose command waits for the exit code a test writes into them.
 //! Every scenario is written once against [`Nodes`].
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -45,6 +47,15 @@ impl Nodes {
         }
     }
 
+    /// Running pods removed by a forced delete (simulated nodes keep this record; real ones do
+    /// not, so there it is empty).
+    pub fn force_deleted(&self) -> Vec<String> {
+        match self {
+            Nodes::Simulated(nodes) => nodes.force_deleted(),
+            Nodes::Real(_) => vec![],
+        }
+    }
+
     /// Ends `pod`'s main container with `exit_code`: 0 makes it Succeeded, anything else Failed.
     pub async fn exit(&self, namespace: &str, pod: &str, exit_code: i32) {
         match self {
@@ -63,36 +74,114 @@ impl Nodes {
 /// Pods the simulated nodes start at once.
 const KUBELETS: usize = 16;
 
-/// The local control plane's kubelet: every new pod of a namespace is Running and Ready at once.
+/// The node every simulated pod is bound to. No Node object exists, and no controller of the
+/// local control plane (no pod GC, no node lifecycle) minds.
+pub const NODE: &str = "simulated-node";
+
+/// How long a simulated container takes to stop once its pod is deleted.
+const STOPPING: Duration = Duration::from_millis(100);
+
+/// The local control plane's kubelet: every new pod of a namespace is bound to [`NODE`], Running
+/// and Ready at once. Because pods are bound, a delete is graceful, as on a real node: the pod
+/// stays, terminating, until its "containers" have stopped and the node removes it. A pod
+/// removed while its containers still ran (a forced delete) is recorded: on a real node its
+/// container could still be running beside a replacement of the same name.
 pub struct SimulatedNodes {
     client: Client,
     task: JoinHandle<()>,
+    /// UIDs of the pods this node removed itself, after their containers stopped.
+    stopped: Mutex<HashSet<String>>,
+    /// Names of running pods removed by someone else's forced delete.
+    force_deleted: Mutex<Vec<String>>,
 }
 
 impl SimulatedNodes {
     pub fn start(client: Client, namespace: &str) -> Arc<SimulatedNodes> {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-        let runner = pods.clone();
-        let task = tokio::spawn(async move {
-            let events = watcher(pods, watcher::Config::default()).default_backoff().applied_objects();
-            // Many kubelets start pods at once: a burst of thousands must not queue behind one.
-            events
-                .take_while(|event| std::future::ready(event.is_ok()))
-                .for_each_concurrent(KUBELETS, |pod| {
-                    let runner = runner.clone();
-                    async move {
-                        let Ok(pod) = pod else { return };
-                        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-                        if phase.is_none_or(|p| p == "Pending") && pod.metadata.deletion_timestamp.is_none() {
-                            // A pod deleted meanwhile is no error: it is simply gone.
-                            let _ = set_status(&runner, &pod, running_status(&pod)).await;
+        Arc::new_cyclic(|this: &std::sync::Weak<SimulatedNodes>| {
+            let this = this.clone();
+            let task = tokio::spawn(async move {
+                let events = watcher(pods.clone(), watcher::Config::default()).default_backoff();
+                // Many kubelets start pods at once: a burst of thousands must not queue behind one.
+                events
+                    .take_while(|event| std::future::ready(event.is_ok()))
+                    .for_each_concurrent(KUBELETS, |event| {
+                        let (pods, this) = (pods.clone(), this.clone());
+                        async move {
+                            let Some(nodes) = this.upgrade() else { return };
+                            match event {
+                                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                                    nodes.run(&pods, pod).await
+                                }
+                                Ok(watcher::Event::Delete(pod)) => nodes.removed(&pod),
+                                _ => {}
+                            }
                         }
-                    }
-                })
-                .await;
-        });
-        Arc::new(SimulatedNodes { client, task })
+                    })
+                    .await;
+            });
+            SimulatedNodes { client, task, stopped: Mutex::default(), force_deleted: Mutex::default() }
+        })
     }
+
+    /// Plays the kubelet for one observed pod. Errors are no failure: a pod deleted meanwhile is
+    /// simply gone.
+    async fn run(&self, pods: &Api<Pod>, pod: Pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE);
+        if pod.metadata.deletion_timestamp.is_some() {
+            if bound {
+                self.stop(pods, &pod).await;
+            }
+        } else if phase.is_none_or(|p| p == "Pending") {
+            if !bound {
+                let _ = bind(pods, &pod).await;
+            }
+            let _ = set_status(pods, &pod, running_status(&pod)).await;
+        }
+    }
+
+    /// Stops a deleted pod's containers, then removes the pod, as a kubelet does.
+    async fn stop(&self, pods: &Api<Pod>, pod: &Pod) {
+        let uid = pod.uid().unwrap_or_default();
+        if !self.stopped.lock().unwrap().insert(uid.clone()) {
+            return;
+        }
+        tokio::time::sleep(STOPPING).await;
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(uid), ..Default::default() }),
+            ..Default::default()
+        };
+        let _ = pods.delete(&pod.name_any(), &params).await;
+    }
+
+    /// A pod is gone: if its containers were still running, someone forced it.
+    fn removed(&self, pod: &Pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE);
+        let stopped = self.stopped.lock().unwrap().contains(&pod.uid().unwrap_or_default());
+        if bound && phase == Some("Running") && !stopped {
+            self.force_deleted.lock().unwrap().push(pod.name_any());
+        }
+    }
+
+    /// Running pods that were removed before their containers stopped.
+    pub fn force_deleted(&self) -> Vec<String> {
+        self.force_deleted.lock().unwrap().clone()
+    }
+}
+
+/// Binds `pod` to the simulated node, as the scheduler would.
+async fn bind(pods: &Api<Pod>, pod: &Pod) -> Result<(), kube::Error> {
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": pod.name_any()},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+    });
+    pods.create_subresource::<_, serde_json::Value>("binding", &pod.name_any(), &PostParams::default(), &binding)
+        .await
+        .map(drop)
 }
 
 impl Drop for SimulatedNodes {

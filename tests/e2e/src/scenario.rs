@@ -83,6 +83,22 @@ impl Scenario {
     }
 }
 
+impl Drop for Scenario {
+    /// Every scenario checks that no running pod was force-deleted: on a real node its container
+    /// could still run beside the replacement of the same name.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The failure's story is in the orchestrator's log: its last lines go with it.
+            let log = self.orchestrator.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("orchestrator log, last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            return;
+        }
+        let forced = self.nodes.force_deleted();
+        assert!(forced.is_empty(), "running pods were force-deleted: {forced:?}");
+    }
+}
+
 /// Polls the job's objects of one kind until their names are exactly `names`.
 async fn wait_for_names<K>(api: &Api<K>, job: &str, names: &[String], skip_terminating: bool) -> Vec<K>
 where
