@@ -147,7 +147,8 @@ fn grow(
         }
         return Ok(current);
     };
-    let total = i64::from(current) + asked.replicas;
+    // Saturating: a count near i64::MAX is refused below, not overflowed.
+    let total = i64::from(current).saturating_add(asked.replicas);
     if total > i64::from(MAX_REPLICAS) {
         return Err(ApiError::Conflict(format!("{total} {role}s is more than the {MAX_REPLICAS} a job may have")));
     }
@@ -209,12 +210,10 @@ fn requested_gpus(job: &DIJob, learners: &ResourceRequest) -> Result<Option<i32>
     let gpus = whole_number(&Quantity(text.clone())).filter(|g| *g >= 0).ok_or_else(|| {
         ApiError::BadRequest(format!("learners.gpus: {text:?}: GPUs are whole devices: 0, 1, 2, ..."))
     })?;
-    let current = match &job.spec.learner {
-        Some(l) => {
-            l.gpus.map(i64::from).or_else(|| di_api::resources::template_gpus(&l.template).ok().flatten()).unwrap_or(0)
-        }
-        None => return Ok(None),
-    };
+    if job.spec.learner.is_none() {
+        return Ok(None);
+    }
+    let current = learner_gpus(job);
     if gpus == current {
         return Ok(None);
     }
@@ -232,9 +231,27 @@ fn requested_gpus(job: &DIJob, learners: &ResourceRequest) -> Result<Option<i32>
     Ok(Some(gpus as i32))
 }
 
+/// GPUs per logic learner as the reconciler counts them: the spec's, else the template's.
+fn learner_gpus(job: &DIJob) -> i64 {
+    let Some(learner) = &job.spec.learner else { return 0 };
+    learner
+        .gpus
+        .map(i64::from)
+        .or_else(|| di_api::resources::template_gpus(&learner.template).ok().flatten())
+        .unwrap_or(0)
+}
+
+/// What the reconciler runs for each logic learner of `job`: an aggregator (in front of DDP
+/// learners) when it has several GPUs, else a learner.
+pub fn learner_role(job: &DIJob) -> Role {
+    if learner_gpus(job) > 1 { Role::Aggregator } else { Role::Learner }
+}
+
 /// A reported replica as a pod name: `pod`, `pod.namespace`, or `pod.namespace:port`.
 pub fn pod_name_of(entry: &str) -> String {
-    let host = entry.trim().trim_start_matches("http://").rsplit_once(':').map_or(entry.trim(), |(h, _)| h);
+    let entry = entry.trim();
+    let entry = entry.strip_prefix("http://").unwrap_or(entry);
+    let host = entry.rsplit_once(':').map_or(entry, |(h, _)| h);
     host.split('.').next().unwrap_or_default().to_owned()
 }
 
@@ -344,17 +361,39 @@ pub fn ddp_listing(scope: &Scope, pods: &[Pod], aggregator: &str) -> Result<Repl
 }
 
 /// The URL a replica of `role` named `name` will have, before its pod exists: the port its
-/// template names, or the role's default (an aggregator's, for learners with several GPUs).
+/// template names, or the role's default. An aggregator's template is in the AggregatorConfig,
+/// which this endpoint may not read: it gets the default.
 pub fn planned_url(job: &DIJob, name: &str, role: Role) -> String {
     let namespace = job.namespace().unwrap_or_default();
-    let port = match role {
-        Role::Collector => job.spec.collector.as_ref().map(|c| di_api::resources::replica_port(&c.template, role)),
-        _ if job.spec.learner.as_ref().and_then(|l| l.gpus).is_some_and(|g| g > 1) => {
-            Some(Role::Aggregator.default_port())
-        }
-        _ => job.spec.learner.as_ref().map(|l| di_api::resources::replica_port(&l.template, role)),
+    let template = match role {
+        Role::Collector => job.spec.collector.as_ref().map(|c| &c.template),
+        Role::Learner => job.spec.learner.as_ref().map(|l| &l.template),
+        _ => None,
     };
-    names::url(name, &namespace, port.unwrap_or(role.default_port()))
+    let port = template.map_or(role.default_port(), |t| di_api::resources::replica_port(t, role));
+    names::url(name, &namespace, port)
+}
+
+/// The replicas a write adds or removes, named as the reconciler names their pods and Services.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Affected {
+    pub collectors: Vec<String>,
+    pub learners: Vec<String>,
+    /// What the logic learners are in the job as written; see [`learner_role`].
+    pub learner_role: Role,
+}
+
+impl Affected {
+    /// Between the job as read and as written (which may have changed the learners' GPUs).
+    pub fn between(before: &DIJob, after: &DIJob) -> Affected {
+        let (job, learner_role) = (after.name_any(), learner_role(after));
+        let (b, a) = (&before.spec, &after.spec);
+        Affected {
+            collectors: affected(&job, Role::Collector, b.collector_replicas(), a.collector_replicas()),
+            learners: affected(&job, learner_role, b.learner_replicas(), a.learner_replicas()),
+            learner_role,
+        }
+    }
 }
 
 /// Names of the replicas a change adds or removes: indices between the old and new counts.
@@ -378,6 +417,8 @@ mod tests {
             ("job-collector-1.ns", "job-collector-1"),
             ("job-collector-1.ns:22270", "job-collector-1"),
             ("http://job-learner-0.ns:22271", "job-learner-0"),
+            ("http://job-learner-0", "job-learner-0"),
+            ("http://job-learner-0.ns", "job-learner-0"),
             (" job-learner-0.ns.svc.cluster.local:22271 ", "job-learner-0"),
         ] {
             assert_eq!(pod_name_of(entry), want, "{entry}");

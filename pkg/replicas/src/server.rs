@@ -38,7 +38,8 @@ pub struct Endpoint {
     pub own_ips: Vec<IpAddr>,
     /// How long an answer waits for the reconciler to create or remove the replicas.
     pub wait: Duration,
-    /// One write at a time from this endpoint; optimistic concurrency covers other writers.
+    /// One write at a time from this endpoint; optimistic concurrency covers other writers. Held
+    /// for the write only, never while a request waits for pods.
     writing: Mutex<()>,
 }
 
@@ -101,13 +102,19 @@ fn envelope<T: Serialize>(outcome: Outcome<T>) -> Response {
     }
 }
 
-/// JSON whatever the Content-Type (DI-engine sends none).
+/// A JSON object whatever the Content-Type (DI-engine sends none). Serde would also read an
+/// array, field by field, which no client means.
 fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = bytes.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!("the body is larger than {MAX_BODY} bytes")),
         _ => ApiError::BadRequest(format!("the body cannot be read: {rejection}")),
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest(format!("the body is not a valid request: {e}")))
+    let value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not a valid request: {e}")))?;
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::BadRequest("the body is not a JSON object".into()));
+    }
+    Ok(value)
 }
 
 /// Writes come from the coordinator's own pod: loopback or the pod's own address.
@@ -194,17 +201,18 @@ async fn scale_outcome(
     check_writer(endpoint, peer)?;
     let request: ReplicaRequest = body(bytes)?;
     endpoint.scope.check(&request.namespace, &request.coordinator)?;
-    let _one_at_a_time = endpoint.writing.lock().await;
-    let (before, change) = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
+    let one_at_a_time = endpoint.writing.lock().await;
+    let written = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
         let change = if up { scale::scale_up(job, &request)? } else { scale::scale_down(job, &request)? };
         Ok((change.patch(job), change))
     })
     .await?;
-    let job = &endpoint.scope.job;
-    let collectors = scale::affected(job, Role::Collector, before.spec.collector_replicas(), change.collectors);
-    let learners = scale::affected(job, Role::Learner, before.spec.learner_replicas(), change.learners);
-    info!(up, ?collectors, ?learners, "changed the job's desired replicas");
-    let (replicas, converged) = wait_for(endpoint, &before, &collectors, &learners, up).await?;
+    // Written: the wait for pods below must not stall the next request.
+    drop(one_at_a_time);
+    let (job, change) = (&written.after, &written.result);
+    let affected = scale::Affected::between(&written.before, job);
+    info!(up, ?affected, "changed the job's desired replicas");
+    let (replicas, converged) = wait_for(endpoint, job, &affected, up).await?;
     let verb = if up { "create" } else { "delete" };
     let mut message = format!("successfully {verb} replicas");
     if !converged {
@@ -217,19 +225,18 @@ async fn scale_outcome(
     Ok((Some(replicas), message))
 }
 
-/// Waits, bounded, until the named replicas exist (`present`) or are gone, and answers with
-/// their URLs. A learner with several GPUs appears as its aggregator. The job's pods are listed
-/// once and then followed on a watch, so the answer comes as soon as the reconciler's pods do.
+/// Waits, bounded, until the affected replicas exist (`present`) or are gone, and answers with
+/// their URLs. The job's pods are listed once and then followed on a watch, so the answer comes
+/// as soon as the reconciler's pods do.
 async fn wait_for(
     endpoint: &Endpoint,
     job: &DIJob,
-    collectors: &[String],
-    learners: &[String],
+    affected: &scale::Affected,
     present: bool,
 ) -> Result<(Replicas, bool), ApiError> {
     let deadline = tokio::time::Instant::now() + endpoint.wait;
     let (api, selector) = endpoint.pod_api();
-    let evaluate = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, collectors, learners, present, pods);
+    let evaluate = |pods: &BTreeMap<String, Pod>| answer(endpoint, job, affected, present, pods);
     'relist: loop {
         // From the API server's cache as it is: a consistent list would wait for the cache to
         // catch up with the job write just made, and the watch from this version misses nothing.
@@ -274,39 +281,26 @@ async fn wait_for(
     }
 }
 
-/// The URLs of the named replicas, found among `pods` or planned, and whether every one of them
-/// exists (`present`) or none does.
+/// The URLs of the affected replicas, found among `pods` or planned in `job` (as written), and
+/// whether every one of them exists (`present`) or none does.
 fn answer(
     endpoint: &Endpoint,
     job: &DIJob,
-    collectors: &[String],
-    learners: &[String],
+    affected: &scale::Affected,
     present: bool,
     pods: &BTreeMap<String, Pod>,
 ) -> (Replicas, bool) {
-    let aggregator_of = |learner: &str| learner.replacen("-learner-", "-aggregator-", 1);
-    let find = |name: &str| pods.get(name).filter(|p| p.metadata.deletion_timestamp.is_none());
-    let found_collectors: Vec<&Pod> = collectors.iter().filter_map(|n| find(n)).collect();
-    let found_learners: Vec<&Pod> =
-        learners.iter().filter_map(|n| find(n).or_else(|| find(&aggregator_of(n)))).collect();
-    let done = if present {
-        found_collectors.len() == collectors.len() && found_learners.len() == learners.len()
-    } else {
-        found_collectors.is_empty() && found_learners.is_empty()
-    };
-    let url = |name: &String, found: &[&Pod], role: Role| {
-        found
-            .iter()
-            .find(|p| p.name_any() == *name || p.name_any() == aggregator_of(name))
-            .map_or_else(|| scale::planned_url(job, name, role), |p| scale::url_of(p))
-    };
-    let mut replicas = Replicas {
+    let live = |name: &String| pods.get(name).filter(|p| p.metadata.deletion_timestamp.is_none());
+    let all = || affected.collectors.iter().chain(&affected.learners);
+    let found = all().filter(|n| live(n).is_some()).count();
+    let done = if present { found == all().count() } else { found == 0 };
+    let url = |name: &String, role: Role| live(name).map_or_else(|| scale::planned_url(job, name, role), scale::url_of);
+    let replicas = Replicas {
         namespace: endpoint.scope.namespace.clone(),
         coordinator: endpoint.scope.coordinator(),
-        ..Default::default()
+        collectors: affected.collectors.iter().map(|n| url(n, Role::Collector)).collect(),
+        learners: affected.learners.iter().map(|n| url(n, affected.learner_role)).collect(),
     };
-    replicas.collectors = collectors.iter().map(|n| url(n, &found_collectors, Role::Collector)).collect();
-    replicas.learners = learners.iter().map(|n| url(n, &found_learners, Role::Learner)).collect();
     (replicas, done)
 }
 
@@ -326,16 +320,19 @@ async fn failed_outcome(
     check_writer(endpoint, peer)?;
     let report: Replicas = body(bytes)?;
     endpoint.scope.check(&report.namespace, &report.coordinator)?;
-    let _one_at_a_time = endpoint.writing.lock().await;
+    let one_at_a_time = endpoint.writing.lock().await;
     // The pods as reported on; a retry after a conflicting write decides on the same ones.
     let pods = endpoint.pods().await?;
-    let (_, (old_uids, names)) = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
+    let written = update_job(&endpoint.jobs(), &endpoint.scope.job, |job: &DIJob| {
         let (value, names) = scale::report_failed(job, &pods, &report)?;
         let uids: Vec<(String, Option<String>)> =
             names.iter().map(|n| (n.clone(), pods.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid()))).collect();
         Ok((json!({"metadata": {"annotations": {annotations::REPLACE: value}}}), (uids, names)))
     })
     .await?;
+    // Written: the wait for new incarnations below must not stall the next request.
+    drop(one_at_a_time);
+    let (old_uids, names) = written.result;
     // Replaced: the same name runs a new incarnation.
     let deadline = tokio::time::Instant::now() + endpoint.wait;
     let (pods, converged) = loop {

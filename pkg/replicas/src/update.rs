@@ -8,13 +8,20 @@ use kube::{Api, ResourceExt};
 
 use crate::scale::ApiError;
 
+/// What a write did: the job as read, the job as written, and what `decide` returned.
+pub struct Written<T> {
+    pub before: DIJob,
+    pub after: DIJob,
+    pub result: T,
+}
+
 /// Reads the job, lets `decide` turn it into a merge patch (and a result), and writes the patch
-/// conditional on the version read; retries on conflict. Returns the job as read and the result.
+/// conditional on the version read; retries on conflict.
 pub async fn update_job<T>(
     api: &Api<DIJob>,
     name: &str,
     mut decide: impl FnMut(&DIJob) -> Result<(serde_json::Value, T), ApiError>,
-) -> Result<(DIJob, T), ApiError> {
+) -> Result<Written<T>, ApiError> {
     loop {
         let job = api
             .get_opt(name)
@@ -24,7 +31,7 @@ pub async fn update_job<T>(
         let (mut patch, result) = decide(&job)?;
         patch["metadata"]["resourceVersion"] = serde_json::json!(job.resource_version());
         match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => return Ok((job, result)),
+            Ok(after) => return Ok(Written { before: job, after, result }),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             // Refused by validation (the webhook): the job's own rules say no.
             Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => return Err(ApiError::Conflict(s.message)),

@@ -1,51 +1,86 @@
 //! Every route driven in-process with the request shapes DI-engine sends (JSON without a
 //! Content-Type, `gpus` as a string), against a fake API server that keeps the DIJob, checks
-//! resourceVersions like the real one, and lists the job's pods.
+//! resourceVersions like the real one, lists the job's pods, and records every request. No
+//! reconciler runs: a watch on the pods stays silent.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, Response, StatusCode};
+use di_api::contract::{Role, names};
 use di_replicas::scale::Scope;
 use di_replicas::server::{Endpoint, MAX_BODY, router};
 use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tower::ServiceExt;
 
-/// What the fake API server holds.
+/// What the fake API server holds, and every request it was sent, in order.
 struct World {
     job: Value,
     pods: Vec<Value>,
     patches: usize,
+    seen: watch::Sender<Vec<Seen>>,
+}
+
+/// A request the fake API server answered.
+#[derive(Debug)]
+struct Seen {
+    method: String,
+    path: String,
+}
+
+impl Seen {
+    fn is_job_patch(&self) -> bool {
+        self.method == "PATCH" && self.path.contains("/dijobs/")
+    }
+
+    fn is_pod_read(&self) -> bool {
+        self.method == "GET" && self.path == "/api/v1/namespaces/ns/pods"
+    }
 }
 
 fn job() -> Value {
-    let container =
-        json!({"containers": [{"name": "di-container", "image": "ding", "resources": {"requests": {"cpu": "2"}}}]});
+    job_named("job", json!({"replicas": 1, "template": {"spec": container()}}))
+}
+
+fn container() -> Value {
+    json!({"containers": [{"name": "di-container", "image": "ding", "resources": {"requests": {"cpu": "2"}}}]})
+}
+
+/// A job with two collectors and the given learner spec.
+fn job_named(name: &str, learner: Value) -> Value {
     json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": "job", "namespace": "ns", "uid": "job-uid", "resourceVersion": "1"},
+        "metadata": {"name": name, "namespace": "ns", "uid": "job-uid", "resourceVersion": "1"},
         "spec": {
-            "coordinator": {"template": {"spec": container}},
-            "collector": {"replicas": 2, "template": {"spec": container}},
-            "learner": {"replicas": 1, "template": {"spec": container}},
+            "coordinator": {"template": {"spec": container()}},
+            "collector": {"replicas": 2, "template": {"spec": container()}},
+            "learner": learner,
         }
     })
 }
 
 fn pod(name: &str, role: &str, index: Option<u32>, port: i32) -> Value {
-    let mut labels = json!({"dijob-name": "job", "replica-type": role});
+    pod_of("job", name, role, index, &[("di-port", port)])
+}
+
+/// A pod of `job` as the reconciler labels it, with the named container ports.
+fn pod_of(job: &str, name: &str, role: &str, index: Option<u32>, ports: &[(&str, i32)]) -> Value {
+    let mut labels = json!({"dijob-name": job, "replica-type": role});
     if let Some(i) = index {
         labels["diengine.opendilab.org/replica-index"] = json!(i.to_string());
     }
+    let ports: Vec<Value> = ports.iter().map(|(n, p)| json!({"name": n, "containerPort": p})).collect();
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "labels": labels},
-        "spec": {"containers": [{"name": "di-container", "image": "ding", "ports": [{"name": "di-port", "containerPort": port}]}]},
+        "spec": {"containers": [{"name": "di-container", "image": "ding", "ports": ports}]},
     })
 }
 
@@ -58,42 +93,56 @@ fn pods() -> Vec<Value> {
     ]
 }
 
+/// A failed request's answer, as the API server gives it.
+fn status(code: u16, reason: &str) -> Value {
+    let mut status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code});
+    status["reason"] = json!(reason);
+    status["message"] = json!(reason);
+    status
+}
+
+/// Answers one request from what the world holds. A watch gets a body that never ends: no
+/// reconciler runs here, so no pod ever comes.
+fn answer(w: &mut World, method: &str, path: &str, watch: bool, bytes: &[u8]) -> (u16, Body) {
+    let name = w.job["metadata"]["name"].as_str().unwrap_or_default();
+    let job_path = format!("/apis/diengine.opendilab.org/v1alpha1/namespaces/ns/dijobs/{name}");
+    let json = |code: u16, value: Value| (code, Body::from(serde_json::to_vec(&value).unwrap()));
+    match method {
+        "GET" if path == job_path => json(200, w.job.clone()),
+        "PATCH" if path == job_path => {
+            let patch: Value = serde_json::from_slice(bytes).unwrap();
+            let current = w.job["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+            if patch["metadata"]["resourceVersion"] != json!(current.to_string()) {
+                return json(409, status(409, "Conflict"));
+            }
+            json_patch::merge(&mut w.job, &patch);
+            w.job["metadata"]["resourceVersion"] = json!((current + 1).to_string());
+            w.patches += 1;
+            json(200, w.job.clone())
+        }
+        "GET" if path == "/api/v1/namespaces/ns/pods" && watch => {
+            (200, Body::from_stream(futures::stream::pending::<Result<Bytes, Infallible>>()))
+        }
+        "GET" if path == "/api/v1/namespaces/ns/pods" => json(
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": w.pods}),
+        ),
+        _ => json(404, status(404, "NotFound")),
+    }
+}
+
 fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
-    let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<kube::client::Body>>();
+    let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<Body>>();
     tokio::spawn(async move {
         while let Some((request, send)) = handle.next_request().await {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await.unwrap().to_bytes();
-            let path = parts.uri.path().to_string();
+            let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
+            let watch = parts.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
             let mut w = world.lock().unwrap();
-            let (code, answer) = match (parts.method.as_str(), path.as_str()) {
-                ("GET", "/apis/diengine.opendilab.org/v1alpha1/namespaces/ns/dijobs/job") => (200, w.job.clone()),
-                ("PATCH", "/apis/diengine.opendilab.org/v1alpha1/namespaces/ns/dijobs/job") => {
-                    let patch: Value = serde_json::from_slice(&bytes).unwrap();
-                    let current = w.job["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
-                    if patch["metadata"]["resourceVersion"] != json!(current.to_string()) {
-                        (
-                            409,
-                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
-                        )
-                    } else {
-                        json_patch::merge(&mut w.job, &patch);
-                        w.job["metadata"]["resourceVersion"] = json!((current + 1).to_string());
-                        w.patches += 1;
-                        (200, w.job.clone())
-                    }
-                }
-                ("GET", "/api/v1/namespaces/ns/pods") => (
-                    200,
-                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": w.pods}),
-                ),
-                _ => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
-                ),
-            };
+            let (code, body) = answer(&mut w, &method, &path, watch, &bytes);
+            w.seen.send_modify(|seen| seen.push(Seen { method, path }));
             drop(w);
-            let body = kube::client::Body::from(serde_json::to_vec(&answer).unwrap());
             send.send_response(Response::builder().status(code).body(body).unwrap());
         }
     });
@@ -101,10 +150,16 @@ fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
 }
 
 fn setup(peer: [u8; 4]) -> (axum::Router, Arc<Mutex<World>>) {
-    let world = Arc::new(Mutex::new(World { job: job(), pods: pods(), patches: 0 }));
-    let scope = Scope { namespace: "ns".into(), job: "job".into() };
-    let endpoint =
-        Endpoint::new(fake_api_server(world.clone()), scope, vec!["10.1.2.3".parse().unwrap()], Duration::ZERO);
+    serve(job(), pods(), Duration::ZERO, peer)
+}
+
+/// The endpoint of `job`'s sidecar, in front of a fake API server holding `job` and `pods`.
+fn serve(job: Value, pods: Vec<Value>, wait: Duration, peer: [u8; 4]) -> (axum::Router, Arc<Mutex<World>>) {
+    let name = job["metadata"]["name"].as_str().unwrap().to_owned();
+    let seen = watch::Sender::new(vec![]);
+    let world = Arc::new(Mutex::new(World { job, pods, patches: 0, seen }));
+    let scope = Scope { namespace: "ns".into(), job: name };
+    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, vec!["10.1.2.3".parse().unwrap()], wait);
     let app = router(endpoint).layer(MockConnectInfo(SocketAddr::from((peer, 40000))));
     (app, world)
 }
@@ -326,10 +381,165 @@ async fn concurrent_requests_lose_no_update() {
     assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], expected);
 }
 
+/// Serde would read a JSON array as a request, field by field; a count near `i64::MAX` must
+/// not overflow the new total.
+#[tokio::test]
+async fn arrays_and_huge_counts_are_refused() {
+    let (app, world) = setup(LOCAL);
+    for (uri, body) in [
+        ("/v1alpha1/replicas", &b"[]"[..]),
+        ("/v1alpha1/replicas", br#"["ns", "job-coordinator", {"replicas": 1}]"#),
+        ("/v1alpha1/replicas/failed", b"[]"),
+    ] {
+        let (s, r) = call(&app, "POST", uri, body).await;
+        assert_error(s, &r, StatusCode::BAD_REQUEST, "the body is not a JSON object");
+    }
+    for role in ["collectors", "learners"] {
+        let body = json!({"namespace": "ns", "coordinator": "job-coordinator", role: {"replicas": i64::MAX}});
+        let (s, r) = call(&app, "POST", "/v1alpha1/replicas", body.to_string().as_bytes()).await;
+        assert_error(s, &r, StatusCode::CONFLICT, "is more than the 1000 a job may have");
+    }
+    assert_eq!(world.lock().unwrap().patches, 0);
+}
+
 #[tokio::test]
 async fn health() {
     let (app, _) = setup([10, 9, 9, 9]);
     let (status, reply) = call(&app, "GET", "/healthz", b"").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(reply, json!({"success": true, "code": 0, "message": "ok", "data": null}));
+}
+
+const SCALE_UP: &[u8] = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": {"replicas": 1}}"#;
+
+/// A request that waits for pods must not keep the next request from writing the job: the
+/// second's patch arrives while the first still waits (here for good: no reconciler runs), and
+/// the job ends with `collectors`.
+async fn second_request_writes_while_the_first_waits(uri: &'static str, body: &'static [u8], collectors: i64) {
+    let (app, world) = serve(job(), pods(), Duration::from_secs(3600), LOCAL);
+    let mut seen = world.lock().unwrap().seen.subscribe();
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { call(&app, "POST", uri, body).await }
+    });
+    // The first has written the job and reads pods to wait on.
+    let waiting = seen.wait_for(|log| {
+        log.iter().position(Seen::is_job_patch).is_some_and(|p| log[p..].iter().any(Seen::is_pod_read))
+    });
+    assert!(tokio::time::timeout(Duration::from_secs(10), waiting).await.is_ok(), "the first never waited");
+    let second = tokio::spawn({
+        let app = app.clone();
+        async move { call(&app, "POST", "/v1alpha1/replicas", SCALE_UP).await }
+    });
+    let two_patches = seen.wait_for(|log| log.iter().filter(|s| s.is_job_patch()).count() == 2);
+    let written = tokio::time::timeout(Duration::from_secs(10), two_patches).await.is_ok();
+    assert!(written, "the second request's write waited for the first's 3600 s wait");
+    assert!(!first.is_finished(), "the first still waits for its pods");
+    let w = world.lock().unwrap();
+    assert_eq!((w.patches, w.job["spec"]["collector"]["replicas"].clone()), (2, json!(collectors)), "each once");
+    drop(w);
+    first.abort();
+    second.abort();
+}
+
+#[tokio::test]
+async fn a_scale_waiting_for_pods_does_not_hold_up_the_next_request() {
+    second_request_writes_while_the_first_waits("/v1alpha1/replicas", SCALE_UP, 4).await;
+}
+
+#[tokio::test]
+async fn a_failure_report_waiting_for_pods_does_not_hold_up_the_next_request() {
+    let report = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": ["job-collector-0"]}"#;
+    second_request_writes_while_the_first_waits("/v1alpha1/replicas/failed", report, 3).await;
+}
+
+/// The aggregator of logic learner `i` and its URL, as the reconciler names its Service.
+fn aggregator_url(job: &str, index: u32) -> String {
+    names::url(&names::replica(job, Role::Aggregator, index), "ns", Role::Aggregator.default_port())
+}
+
+/// A job whose learners have two GPUs: each is an aggregator in front of DDP learners.
+fn multi_gpu_job(name: &str) -> Value {
+    job_named(name, json!({"replicas": 1, "gpus": 2, "template": {"spec": container()}}))
+}
+
+/// What the reconciler runs for `multi_gpu_job(name)`: one collector is enough here.
+fn multi_gpu_pods(job: &str) -> Vec<Value> {
+    let aggregator = names::replica(job, Role::Aggregator, 0);
+    let ddp = names::ddp_learner(job, 0, 0);
+    vec![
+        pod_of(job, &names::coordinator(job), "coordinator", None, &[("di-port", 22273)]),
+        pod_of(job, &names::replica(job, Role::Collector, 0), "collector", Some(0), &[("di-port", 22270)]),
+        pod_of(job, &aggregator, "aggregator", Some(0), &[("di-port", 22272)]),
+        pod_of(job, &ddp, "ddp-learner", Some(0), &[("di-port", 22271), ("gpu-port-1", 22272)]),
+    ]
+}
+
+/// Job names that contain a role's name, or are one, get the names the reconciler gives.
+#[tokio::test]
+async fn jobs_named_like_roles_get_their_own_replica_names() {
+    for job in ["x-learner-y", "a-collector-b", "learner", "x-aggregator-y"] {
+        let (app, world) = serve(multi_gpu_job(job), multi_gpu_pods(job), Duration::ZERO, LOCAL);
+        let coordinator = names::coordinator(job);
+        let collector = names::url(&names::replica(job, Role::Collector, 0), "ns", 22270);
+
+        let (s, r) =
+            call(&app, "GET", &format!("/v1alpha1/replicas?namespace=ns&coordinator={coordinator}"), b"").await;
+        assert_eq!(s, StatusCode::OK, "{job}: {r}");
+        assert_eq!(r["data"]["collectors"], json!([collector]), "{job}");
+        assert_eq!(r["data"]["learners"], json!([aggregator_url(job, 0)]), "{job}");
+
+        let aggregator = names::replica(job, Role::Aggregator, 0);
+        let (s, r) = call(&app, "GET", &format!("/v1alpha1/replicas?namespace=ns&aggregator={aggregator}"), b"").await;
+        assert_eq!(s, StatusCode::OK, "{job}: {r}");
+        let ddp = names::ddp_learner(job, 0, 0);
+        assert_eq!(r["data"]["learners"], json!([format!("{ddp}.ns:22271"), format!("{ddp}.ns:22272")]), "{job}");
+
+        // The aggregator is still there (no reconciler): its URL is the one going, and not gone yet.
+        let body = json!({"namespace": "ns", "coordinator": coordinator, "learners": {"replicas": 1}});
+        let (s, r) = call(&app, "DELETE", "/v1alpha1/replicas", body.to_string().as_bytes()).await;
+        assert_eq!(s, StatusCode::OK, "{job}: {r}");
+        assert_eq!(r["data"]["learners"], json!([aggregator_url(job, 0)]), "{job}");
+        assert!(r["message"].as_str().unwrap().contains("not every replica was deleted"), "{job}: {r}");
+
+        // Index 0 is the aggregator still running; index 1 is planned.
+        let body = json!({"namespace": "ns", "coordinator": coordinator, "learners": {"replicas": 2, "gpus": "2"}});
+        let (s, r) = call(&app, "POST", "/v1alpha1/replicas", body.to_string().as_bytes()).await;
+        assert_eq!(s, StatusCode::OK, "{job}: {r}");
+        assert_eq!(r["data"]["learners"], json!([aggregator_url(job, 0), aggregator_url(job, 1)]), "{job}");
+        assert_eq!(world.lock().unwrap().job["spec"]["learner"]["replicas"], 2, "{job}");
+    }
+}
+
+/// Every learner URL the endpoint plans names the Service the reconciler creates: an
+/// aggregator's whenever the learners have more than one GPU, however the job says so.
+#[tokio::test]
+async fn planned_learner_urls_name_the_reconcilers_services() {
+    let learner_gpus = |gpus: &str| {
+        let limits = json!({"nvidia.com/gpu": gpus});
+        json!({"containers": [{"name": "di-container", "image": "ding", "resources": {"limits": limits}}]})
+    };
+    let cases = [
+        ("the spec's gpus", json!({"replicas": 0, "gpus": 2, "template": {"spec": container()}}), "2"),
+        ("the template's GPUs", json!({"replicas": 0, "template": {"spec": learner_gpus("2")}}), "2"),
+        ("the request's gpus", json!({"replicas": 0, "template": {"spec": container()}}), "2"),
+        ("one GPU", json!({"replicas": 0, "template": {"spec": learner_gpus("1")}}), "1"),
+    ];
+    let (mut got, mut want) = (vec![], vec![]);
+    for (case, learner, gpus) in cases {
+        // The reconciler runs no learner yet.
+        let (app, _) = serve(job_named("job", learner), pods()[..3].to_vec(), Duration::ZERO, LOCAL);
+        let body =
+            json!({"namespace": "ns", "coordinator": "job-coordinator", "learners": {"replicas": 2, "gpus": gpus}});
+        let (s, r) = call(&app, "POST", "/v1alpha1/replicas", body.to_string().as_bytes()).await;
+        assert_eq!(s, StatusCode::OK, "{case}: {r}");
+        got.push((case, r["data"]["learners"].clone()));
+        let urls: Vec<String> = if gpus == "1" {
+            (0..2).map(|i| names::url(&names::replica("job", Role::Learner, i), "ns", 22271)).collect()
+        } else {
+            (0..2).map(|i| aggregator_url("job", i)).collect()
+        };
+        want.push((case, json!(urls)));
+    }
+    assert_eq!(got, want);
 }
