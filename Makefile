@@ -28,16 +28,20 @@ test: unit e2e-local
 unit: check-manifests
 	$(CARGO) test --workspace
 
+# A DIJob's deserializer takes a deep stack in debug builds: the suite's test threads get more
+# than the default 2 MiB.
+E2E_STACK = RUST_MIN_STACK=16777216
+
 ## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
 ##            started on loopback (built from hack/controlplane on first use, cached in .cache/)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
+	$(E2E_STACK) ./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
 
 ## e2e: the same suite on a kind cluster with the orchestrator deployed in it (needs docker and kind)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests -- --ignored
+	$(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests -- --ignored
 
 ## image: build the orchestrator's image (opendilab/di-orchestrator:dev)
 image:

@@ -12,8 +12,6 @@ use crate::plan::backoff;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading AggregatorConfig {name}: {source}")]
-    ReadAggregatorConfig { name: String, source: kube::Error },
     #[error("reading the stored job: {source}")]
     ReadJob { source: kube::Error },
     #[error("writing the job's status: {source}")]
@@ -39,7 +37,6 @@ impl Error {
     /// The short stable category of the error.
     pub fn kind(&self) -> String {
         match self {
-            Error::ReadAggregatorConfig { .. } => "ReadAggregatorConfig".into(),
             Error::ReadJob { .. } => "ReadJob".into(),
             Error::WriteStatus { .. } => "WriteStatus".into(),
             Error::Create { kind, .. } => format!("Create{kind}"),

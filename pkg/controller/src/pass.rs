@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
@@ -78,7 +79,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
     ctx.marks.overlay(&namespace, &mut services);
 
-    let (aggregator_config, missing) = aggregator_config(ctx, &job).await?;
+    let (aggregator_config, missing) = aggregator_config(ctx, &job);
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
@@ -144,19 +145,18 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
 }
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
-async fn aggregator_config(ctx: &Context, job: &DIJob) -> Result<(Option<AggregatorConfig>, Option<String>), Error> {
+fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
     if !desired::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
-        return Ok((None, None));
+        return (None, None);
     }
     let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);
-    let api: Api<AggregatorConfig> = Api::namespaced(ctx.client.clone(), &namespace);
-    let found = api.get_opt(&name).await;
-    match found.map_err(|source| Error::ReadAggregatorConfig { name: format!("{namespace}/{name}"), source })? {
-        Some(mut config) => {
+    match ctx.configs.get(&ObjectRef::new(&name).within(&namespace)) {
+        Some(config) => {
+            let mut config = AggregatorConfig::clone(&config);
             di_api::defaults::default_aggregator_config(&mut config);
-            Ok((Some(config), None))
+            (Some(config), None)
         }
-        None => Ok((None, Some(format!("{namespace}/{name}")))),
+        None => (None, Some(format!("{namespace}/{name}"))),
     }
 }
 

@@ -96,6 +96,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         client,
         pods: pod_store,
         services: service_store,
+        configs: reflector::store().0,
         pod_index,
         service_index,
         settings: Settings::default(),

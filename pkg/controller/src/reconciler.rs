@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::Phase;
+use di_api::{AggregatorConfig, Phase};
 use futures::StreamExt;
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
@@ -13,7 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::desired::{Settings, managed_selector};
+use crate::desired::{self, Settings, managed_selector};
 use crate::error::{Error, Retries};
 use crate::index::JobIndex;
 use crate::metrics::Metrics;
@@ -30,6 +30,8 @@ pub struct Context {
     pub client: Client,
     pub pods: Store<PodView>,
     pub services: Store<ServiceView>,
+    /// Every AggregatorConfig.
+    pub configs: Store<AggregatorConfig>,
     /// Which cached pods and services are whose.
     pub pod_index: JobIndex,
     pub service_index: JobIndex,
@@ -98,12 +100,21 @@ pub async fn run(
             move |event| event.iter().for_each(|e| index.apply(e))
         })
         .touched_objects();
+    // AggregatorConfigs are few and small: cached whole, from every namespace (a job may name
+    // one in another, and the default lives in the orchestrator's).
+    let (configs, config_writer) = reflector::store();
+    let config_stream = watcher(Api::<AggregatorConfig>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .modify(|config| config.metadata.managed_fields = None)
+        .reflect(config_writer)
+        .touched_objects();
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
     let context = Arc::new(Context {
         recorder: Recorder::new(client.clone(), reporter),
         client: client.clone(),
         pods,
         services,
+        configs,
         pod_index,
         service_index,
         settings: options.settings,
@@ -125,20 +136,25 @@ pub async fn run(
     // a running job without its coordinator and set it back to Created. The controller polls the
     // pod and service watches meanwhile, which is what makes them ready.
     let listed = {
-        let (pods, services) = (context.pods.clone(), context.services.clone());
+        let (pods, services, configs) = (context.pods.clone(), context.services.clone(), context.configs.clone());
         async move {
-            let _ = futures::join!(pods.wait_until_ready(), services.wait_until_ready());
+            let _ = futures::join!(pods.wait_until_ready(), services.wait_until_ready(), configs.wait_until_ready());
             info!("pods and services listed: reconciling");
             job_stream
         }
     };
     let job_stream = futures::stream::once(listed).flatten();
     let controller = Controller::for_stream(job_stream, job_store);
+    let uses_config = {
+        let (jobs, settings) = (controller.store(), context.settings.clone());
+        move |config: AggregatorConfig| jobs_using(&jobs.state(), &config, &settings)
+    };
     let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
     controller
         .with_config(config)
         .watches_stream(pod_stream, job_of)
         .watches_stream(service_stream, job_of)
+        .watches_stream(config_stream, uses_config)
         .graceful_shutdown_on(shutdown)
         .run(pass::reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -164,6 +180,17 @@ async fn count_jobs_by_phase(jobs: Store<JobView>, metrics: Arc<Metrics>) {
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
     }
+}
+
+/// The jobs whose learners need `config`: a config that appears or changes brings their pass
+/// at once, instead of at their next periodic look.
+fn jobs_using(jobs: &[Arc<JobView>], config: &AggregatorConfig, settings: &Settings) -> Vec<ObjectRef<JobView>> {
+    let wanted = (config.namespace().unwrap_or_default(), config.name_any());
+    let uses = |view: &JobView| {
+        let Ok(job) = view.to_job() else { return false };
+        desired::needs_aggregator(&job) && desired::aggregator_config_ref(&job, settings) == wanted
+    };
+    jobs.iter().filter(|view| uses(view)).map(|view| ObjectRef::from_obj(view.as_ref())).collect()
 }
 
 /// The job an object belongs to, by its label: the trigger of a pass when the object changes.
@@ -205,5 +232,39 @@ mod tests {
         assert_eq!(job_of(pod), Some(ObjectRef::new("job").within("ns")));
         assert_eq!(job_of(service), Some(ObjectRef::new("job").within("ns")));
         assert_eq!(job_of(Pod::default()), None);
+    }
+
+    #[test]
+    fn a_config_triggers_the_jobs_whose_learners_need_it() {
+        let job = |name: &str, gpus: i32, config: Option<&str>| -> Arc<JobView> {
+            let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+            let view = json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"coordinator": {"template": {"spec": container}},
+                         "learner": {"replicas": 1, "gpus": gpus, "aggregatorConfig": config, "template": {"spec": container}}},
+            });
+            Arc::new(serde_json::from_value(view).unwrap())
+        };
+        let jobs = [
+            job("named", 2, Some("agg")),
+            job("qualified", 4, Some("ns/agg")),
+            job("elsewhere", 2, Some("other/agg")),
+            job("single-gpu", 1, Some("agg")),
+            job("default", 2, None),
+        ];
+        let config = |namespace: &str, name: &str| -> AggregatorConfig {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace}, "spec": {}})).unwrap()
+        };
+        let names = |config: &AggregatorConfig| -> Vec<String> {
+            jobs_using(&jobs, config, &Settings::default()).into_iter().map(|r| r.name).collect()
+        };
+        assert_eq!(names(&config("ns", "agg")), ["named", "qualified"]);
+        assert_eq!(names(&config("other", "agg")), ["elsewhere"]);
+        let (namespace, name) = Settings::default()
+            .default_aggregator_config
+            .split_once('/')
+            .map(|(n, c)| (n.to_owned(), c.to_owned()))
+            .unwrap();
+        assert_eq!(names(&config(&namespace, &name)), ["default"]);
     }
 }

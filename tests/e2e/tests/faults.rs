@@ -1,0 +1,112 @@
+//! The reconciler in the situations that used to break a job: a job submitted again under the
+//! name of one whose pods are still there, and a job waiting for its AggregatorConfig.
+
+use std::time::Duration;
+
+use di_api::{DIJob, Phase};
+use di_e2e::cluster::within;
+use di_e2e::scenario::{Scenario, WAIT, names};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
+use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+/// Whether the job's status has condition `type_` with status True.
+fn has_condition(type_: &'static str) -> impl Fn(Option<&DIJob>) -> bool {
+    move |job| {
+        let conditions = job.and_then(|j| j.status.as_ref()).map(|s| s.conditions.as_slice()).unwrap_or_default();
+        conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+    }
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_job_submitted_again_under_its_name_ignores_its_predecessors_pods() {
+    // Boxed: the scenario's future is large, and test threads have small stacks.
+    Box::pin(submitted_again()).await;
+}
+
+async fn submitted_again() {
+    let s = Scenario::new("again").await;
+    let policy = json!({"cleanPodPolicy": "None"});
+    s.submit("again", 1, 0, policy.clone()).await;
+    let all = names("again", &["coordinator", "collector-0"]);
+    s.wait_pods("again", &all).await;
+    s.wait_phase("again", Phase::Running).await;
+    s.nodes.exit(&s.ns, "again-coordinator", 0).await;
+    let first = s.wait_phase("again", Phase::Succeeded).await;
+
+    // Deleted, leaving its pods behind (cleanPodPolicy None kept them; orphaning keeps them for
+    // good, where garbage collection would take them a little later), and submitted again.
+    s.jobs
+        .delete("again", &DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() })
+        .await
+        .unwrap();
+    // The garbage collector learns a new CRD's kind when it rediscovers resources (about 30 s),
+    // and only then removes the orphan finalizer.
+    let jobs = s.jobs.clone();
+    Box::pin(within(Duration::from_secs(120), "the first job to be deleted", async move {
+        while jobs.get_metadata_opt("again").await.unwrap().is_some_and(|j| j.uid() == first.uid()) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }))
+    .await;
+    let second = s.submit("again", 1, 0, policy).await;
+    let blocked = await_condition(s.jobs.clone(), "again", has_condition("NamesTaken"));
+    let job = Box::pin(within(WAIT, "the new job to wait for its names", blocked)).await.unwrap().unwrap();
+    assert_eq!(
+        job.status.and_then(|s| s.phase),
+        Some(Phase::Created),
+        "the old coordinator's success is not the new job's"
+    );
+
+    // Once the old pods are gone, the new job runs with pods of its own.
+    let old = ListParams::default().labels(&format!("{}=again", di_api::contract::labels::JOB_NAME));
+    s.pods.delete_collection(&DeleteParams::default(), &old).await.unwrap();
+    s.services.delete_collection(&DeleteParams::default(), &old).await.unwrap();
+    s.wait_phase("again", Phase::Running).await;
+    let pods = s.wait_pods("again", &all).await;
+    let owner = |pod: &Pod| pod.owner_references().iter().find(|r| r.controller == Some(true)).map(|r| r.uid.clone());
+    for pod in &pods {
+        assert_eq!(owner(pod), second.uid(), "{} belongs to the new job", pod.name_any());
+    }
+    let job = s.jobs.get("again").await.unwrap();
+    assert!(!has_condition("NamesTaken")(Some(&job)), "released once the names are free");
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_job_waiting_for_its_aggregator_config_starts_as_soon_as_it_appears() {
+    Box::pin(waiting_for_its_config()).await;
+}
+
+async fn waiting_for_its_config() {
+    let s = Scenario::new("agconfig").await;
+    let learner = json!({"learner": {"gpus": 2, "aggregatorConfig": "agg"}});
+    s.submit("multi", 0, 1, learner).await;
+    let waiting = await_condition(s.jobs.clone(), "multi", has_condition("AggregatorConfigNotFound"));
+    Box::pin(within(WAIT, "the job to say its AggregatorConfig is missing", waiting)).await.unwrap();
+
+    let configs: Api<di_api::AggregatorConfig> = Api::namespaced(s.cluster.client.clone(), &s.ns);
+    let config = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "AggregatorConfig",
+        "metadata": {"name": "agg"},
+        "spec": {"aggregator": {"template": {"spec": {"containers": [s.nodes.container()]}}}},
+    });
+    configs.create(&PostParams::default(), &serde_json::from_value(config).unwrap()).await.unwrap();
+    // Without a watch on AggregatorConfigs the job would look again only at its periodic
+    // requeue, five minutes later.
+    let pods = s.pods.clone();
+    Box::pin(within(WAIT, "the aggregator", async move {
+        loop {
+            if pods.get_opt("multi-aggregator-0").await.unwrap().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }))
+    .await;
+    let services: Api<Service> = s.services.clone();
+    assert!(services.get_opt("multi-aggregator-0").await.unwrap().is_some());
+}
