@@ -58,16 +58,14 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         Err(e) => {
             // Only a spec the API server's schema let through but the types cannot read.
             let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
-            mark_failed(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
+            refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
             return Ok(Requeue::await_change());
         }
     };
     default_dijob(&mut job);
 
     if let Err(errors) = validate_dijob(&job) {
-        // A bad object is marked once and left alone: requeueing it cannot fix it.
-        let message = format!("the job is invalid: {errors}");
-        mark_failed(ctx, &job, "InvalidSpec", &message).await?;
+        refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}")).await?;
         return Ok(Requeue::await_change());
     }
 
@@ -91,7 +89,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
         Err(e) => {
-            mark_failed(ctx, &job, "CannotBuildPods", &e.to_string()).await?;
+            refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await?;
             return Ok(Requeue::await_change());
         }
     };
@@ -193,6 +191,37 @@ async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Resul
         Err(source) => return Err(Error::WriteStatus { source }),
     }
     ctx.metrics.status_writes.inc();
+    Ok(())
+}
+
+/// A spec the reconciler cannot act on (possible only without the webhook): requeueing cannot fix
+/// it, so the job is left alone until it changes. A job that never started is marked Failed; one
+/// that runs keeps running as it is, on the last spec it could act on, and says why in a
+/// condition, rather than fail for good while its pods go on.
+async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+    let phase = job.status.as_ref().and_then(|s| s.phase);
+    match phase {
+        None => mark_failed(ctx, job, reason, message).await,
+        Some(phase) if phase.is_finished() => Ok(()),
+        Some(_) => hold(ctx, job, reason, message).await,
+    }
+}
+
+/// Keeps a started job's status as it is, with the InvalidSpec condition saying why.
+async fn hold(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+    let old = job.status.clone().unwrap_or_default();
+    let mut held = old.clone();
+    let message = format!("{message}; the job keeps running as it was until the spec can be acted on again");
+    let conditions = &mut held.conditions;
+    status::set_condition(conditions, status::INVALID_SPEC, true, reason, &message, Timestamp::now());
+    if let Some(condition) = conditions.iter_mut().find(|c| c.type_ == status::INVALID_SPEC) {
+        // The latest problem, not the first one's.
+        (condition.reason, condition.message) = (Some(reason.to_owned()), Some(message.clone()));
+    }
+    if held != old {
+        write_status(ctx, job, &held).await?;
+        publish_on(ctx, job, EventType::Warning, reason, "Validate", Some(message));
+    }
     Ok(())
 }
 

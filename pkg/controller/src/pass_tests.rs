@@ -413,3 +413,42 @@ async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff
     assert_eq!(warning["type"], "Warning");
     assert!(warning["note"].as_str().unwrap().contains("creating Pod job-"), "{warning}");
 }
+
+#[tokio::test]
+async fn an_invalid_edit_of_a_running_job_keeps_it_running_as_it_was() {
+    // Possible only without the webhook: a running job's collectors set to -1.
+    let mut job = job(2, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |_| "Running");
+    job.spec.collector.as_mut().unwrap().replicas = Some(-1);
+    let (client, recorded) = fake_api_server(&job);
+    let requeue = reconcile(view_of(&job), context(client, pods.clone(), services.clone())).await.unwrap();
+    assert_eq!(requeue, Requeue::await_change());
+    let touched: Vec<String> = recorded
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"))
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect();
+    assert_eq!(touched, Vec::<String>::new(), "its pods go on as they are");
+    let writes = status_writes(&recorded);
+    assert_eq!(writes.len(), 1);
+    let status = &writes[0]["status"];
+    assert_eq!(status["phase"], "Running", "not Failed for good");
+    let invalid = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "InvalidSpec").unwrap();
+    assert_eq!(invalid["status"], "True");
+    assert!(invalid["message"].as_str().unwrap().contains("spec.collector.replicas"), "{invalid}");
+
+    // Once written, the same invalid spec costs nothing more; fixed, the condition clears.
+    job.status = Some(serde_json::from_value(status.clone()).unwrap());
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods.clone(), services.clone())).await.unwrap();
+    assert_eq!(status_writes(&recorded), Vec::<Value>::new());
+    job.spec.collector.as_mut().unwrap().replicas = Some(2);
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let writes = status_writes(&recorded);
+    let cleared =
+        writes[0]["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "InvalidSpec").cloned();
+    assert_eq!(cleared.unwrap()["status"], "False");
+}

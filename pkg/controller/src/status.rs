@@ -13,6 +13,8 @@ pub const SUSPENDED: &str = "Suspended";
 pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
 pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
 pub const NAMES_TAKEN: &str = "NamesTaken";
+/// A started job whose spec changed into one the reconciler cannot act on.
+pub const INVALID_SPEC: &str = "InvalidSpec";
 
 pub fn role_of(pod: &Pod) -> Option<Role> {
     pod.metadata.labels.as_ref()?.get(labels::REPLICA_TYPE).and_then(|l| Role::from_label(l))
@@ -123,6 +125,11 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         let taken = !facts.names_taken.is_empty();
         let (r, m) = if taken { ("NotOwned", message.as_str()) } else { ("Released", "") };
         set_condition(&mut conditions, NAMES_TAKEN, taken, r, m, now);
+    }
+
+    if conditions.iter().any(|c| c.type_ == INVALID_SPEC) {
+        // Computed at all: the spec is valid again.
+        set_condition(&mut conditions, INVALID_SPEC, false, "SpecValid", "", now);
     }
 
     let mut replica_status: BTreeMap<String, ReplicaStatus> = BTreeMap::new();

@@ -168,6 +168,14 @@ async fn updates_check_immutability() {
             .starts_with("spec.collector.template: Forbidden: a role's pod template is immutable")
     );
 
+    // An edit that makes a running job invalid is refused like a bad new job: the reconciler
+    // never sees it.
+    let mut broken = old.clone();
+    broken["spec"]["collector"]["replicas"] = json!(-1);
+    let response = answer("/validate", review("UPDATE", "DIJob", broken, Some(old.clone()))).await;
+    assert_eq!(response["allowed"], false);
+    assert!(response["status"]["message"].as_str().unwrap().contains("spec.collector.replicas"), "{response}");
+
     let response = answer("/validate", review("UPDATE", "DIJob", old, None)).await;
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["message"], "the admission request carries no old object");
