@@ -55,8 +55,16 @@ impl Scope {
         names::coordinator(&self.job)
     }
 
-    /// Requests name the job by its namespace and coordinator pod; any other is not ours.
+    /// Requests name the job by its namespace and coordinator pod; any other is not ours. A
+    /// request that names none is malformed (the wire format reads a missing name as empty).
     pub fn check(&self, namespace: &str, coordinator: &str) -> Result<(), ApiError> {
+        for (field, value) in [("namespace", namespace), ("coordinator", coordinator)] {
+            if value.is_empty() {
+                return Err(ApiError::BadRequest(format!(
+                    "{field} is missing: the request must name the job's {field}"
+                )));
+            }
+        }
         if namespace != self.namespace || coordinator != self.coordinator() {
             return Err(ApiError::Forbidden(format!(
                 "this endpoint serves job {}/{} only (coordinator {}), not {namespace}/{coordinator}",
@@ -484,5 +492,7 @@ mod tests {
         assert_eq!(scope.check("ns", "job-coordinator"), Ok(()));
         assert_eq!(scope.check("ns", "job2-coordinator").unwrap_err().status(), 403);
         assert_eq!(scope.check("other", "job-coordinator").unwrap_err().status(), 403);
+        assert_eq!(scope.check("", "job-coordinator").unwrap_err().status(), 400);
+        assert_eq!(scope.check("ns", "").unwrap_err().status(), 400);
     }
 }
