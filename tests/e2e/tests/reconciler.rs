@@ -217,6 +217,8 @@ async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
     );
     let before = s.wait_pods("sturdy", &expected).await;
     s.wait_phase("sturdy", Phase::Running).await;
+    // Every phase the job shows from now on: a restart must not set it back to Created.
+    let phases = phase_history(&s.jobs, "sturdy");
     // Once more, after everything exists: nothing is created or replaced.
     s.orchestrator.kill().await;
     s.orchestrator.restart();
@@ -232,6 +234,24 @@ async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
         u
     };
     assert_eq!(uids(&before), uids(&after), "a restarted orchestrator recreates nothing");
+    let seen = phases.lock().unwrap().clone();
+    assert!(seen.iter().all(|p| *p == Some(Phase::Running)), "the phase went back after a restart: {seen:?}");
+}
+
+/// Records every phase job `name` shows, from a watch, until the test ends.
+fn phase_history(jobs: &Api<DIJob>, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<Option<Phase>>>> {
+    use futures::StreamExt;
+    let seen = std::sync::Arc::<std::sync::Mutex<Vec<Option<Phase>>>>::default();
+    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = kube::runtime::watcher(jobs.clone(), config);
+    let record = seen.clone();
+    tokio::spawn(kube::runtime::WatchStreamExt::applied_objects(events).for_each(move |job| {
+        if let Ok(job) = job {
+            record.lock().unwrap().push(job.status.and_then(|s| s.phase));
+        }
+        std::future::ready(())
+    }));
+    seen
 }
 
 #[tokio::test]
