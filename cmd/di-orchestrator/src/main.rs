@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use clap::{Args, Parser, Subcommand};
 use di_controller::desired::Settings;
-use di_controller::leader::{self, LeaseConfig};
+use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
 use tokio::signal::unix::{SignalKind, signal};
@@ -91,6 +91,18 @@ struct ServeArgs {
     /// Name of the Lease.
     #[arg(long, default_value = "di-orchestrator")]
     lease_name: String,
+    /// Seconds the Lease stays the leader's after its last renewal: a standby takes over after
+    /// this long when the leader dies without releasing it.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Seconds the leader keeps trying to renew before it stops reconciling and exits; shorter
+    /// than --lease-duration-seconds, so it has stopped before a standby may take over.
+    #[arg(long, default_value_t = 10)]
+    renew_deadline_seconds: u64,
+    /// Seconds between renewals, and the timeout of each request for the Lease (which every
+    /// replica reads twice as often). Shorter than --renew-deadline-seconds.
+    #[arg(long, default_value_t = 2)]
+    retry_period_seconds: u64,
     #[command(flatten)]
     webhook: WebhookArgs,
 }
@@ -145,8 +157,10 @@ struct Probes {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let election = args.leader_elect.then(|| leader_config(&args)).transpose()?;
     let metrics = Arc::new(Metrics::new());
-    let client = counted_client(metrics.clone()).await?;
+    let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
+    let client = counted_client(kube_config.clone(), metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
     let app = Router::new()
@@ -177,14 +191,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("listing DIJobs: are the CRDs installed?")?;
     ready.store(true, Ordering::Relaxed);
 
-    let lease = args.leader_elect.then(|| LeaseConfig {
-        namespace: args.lease_namespace.clone(),
-        name: args.lease_name.clone(),
-        identity: std::env::var("KUBERNETES_POD_NAME")
-            .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id())),
-        duration: Duration::from_secs(15),
-        renew_every: Duration::from_secs(5),
-    });
     let options = Options {
         settings: Settings {
             replicas_image: args.replicas_image,
@@ -197,27 +203,61 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         status_period: Duration::from_secs_f64(args.status_period_seconds.max(0.0)),
     };
 
-    if let Some(lease) = &lease {
-        tokio::select! {
-            _ = leader::acquire(client.clone(), lease) => {}
-            _ = until_stopped(stopped.clone()) => return Ok(()),
-        }
-    }
-    let run = reconciler::run(client.clone(), options, metrics, until_stopped(stopped));
-    match &lease {
+    let run = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));
+    match election {
         None => run.await,
-        Some(lease) => {
-            tokio::select! {
-                _ = run => {}
-                _ = leader::hold(client.clone(), lease) => {
-                    // Another replica may act now: stop at once rather than act twice.
-                    anyhow::bail!("lost leadership");
-                }
-            }
+        Some(config) => {
+            let lease_client = counted_client(config.client_config(kube_config), metrics)?;
+            lead(lease_client, config, run, stopped).await?;
         }
     }
     info!("stopped");
     Ok(())
+}
+
+/// The Lease flags, checked before anything starts: a renew deadline that is not shorter than
+/// the lease duration would let two replicas reconcile at once.
+fn leader_config(args: &ServeArgs) -> anyhow::Result<LeaderConfig> {
+    let config = LeaderConfig {
+        namespace: args.lease_namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: std::env::var("KUBERNETES_POD_NAME")
+            .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id())),
+        lease_duration: Duration::from_secs(args.lease_duration_seconds),
+        renew_deadline: Duration::from_secs(args.renew_deadline_seconds),
+        retry_period: Duration::from_secs(args.retry_period_seconds),
+    };
+    config.validate().context(
+        "invalid leader election flags: need --lease-duration-seconds > --renew-deadline-seconds > --retry-period-seconds >= 1",
+    )?;
+    Ok(config)
+}
+
+/// Runs the reconciler only while this replica holds the Lease. On shutdown the reconciler
+/// stops first and the Lease is released after, so a standby takes over at once.
+async fn lead(
+    client: kube::Client,
+    config: LeaderConfig,
+    run: impl std::future::Future<Output = ()>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let elector = Elector::start(client, config)?;
+    let leadership = tokio::select! {
+        leadership = elector.acquire() => leadership,
+        () = until_stopped(stopped) => {
+            // The Lease may have been taken just as the wait was cut short.
+            elector.release().await;
+            return Ok(());
+        }
+    };
+    match leadership.lead(run).await {
+        Ok(()) => {
+            leadership.release().await;
+            Ok(())
+        }
+        // Another replica may act now, or soon: exit, and restart as a standby.
+        Err(lost) => anyhow::bail!("lost leadership: {lost}"),
+    }
 }
 
 async fn replicas(args: ReplicasArgs) -> anyhow::Result<()> {
@@ -277,8 +317,7 @@ async fn start_webhooks(
 
 /// A client whose every request is counted and timed in the metrics, so the API cost of a job,
 /// and where the reconciler's time goes, can be read.
-async fn counted_client(metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
-    let config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
+fn counted_client(config: kube::Config, metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
     let timed = tower::layer::layer_fn(move |inner| Timed { inner, metrics: metrics.clone() });
     Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&timed).build())
 }

@@ -95,9 +95,24 @@ impl LocalOrchestrator {
         instance: &str,
         args: &[String],
     ) -> LocalOrchestrator {
+        Box::pin(Self::start_via(cluster, namespace, instance, args, None)).await
+    }
+
+    /// As [`LocalOrchestrator::start_with`], reaching the API server at `server` (an
+    /// `https://host:port` that forwards to it) when given.
+    pub async fn start_via(
+        cluster: &TestCluster,
+        namespace: &str,
+        instance: &str,
+        args: &[String],
+        server: Option<&str>,
+    ) -> LocalOrchestrator {
         cluster.apply_file("manifests/install/namespace.yaml").await;
         cluster.apply_file("manifests/install/rbac.yaml").await;
-        let kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace).await;
+        let mut kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace).await;
+        if let Some(server) = server {
+            kubeconfig = with_server(&kubeconfig, &format!("{namespace}{instance}"), server);
+        }
         let log = kubeconfig.with_file_name(format!("{namespace}{instance}.log"));
         let mut args = args.to_vec();
         args.push(format!("--namespace={namespace}"));
@@ -140,6 +155,33 @@ impl LocalOrchestrator {
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
+
+    /// Sends it a signal by name (`TERM`, `STOP`, `CONT`, ...), as the kubelet or a frozen node would.
+    pub fn signal(&self, name: &str) {
+        let pid = self.pid().expect("the orchestrator is running").to_string();
+        let status = std::process::Command::new("kill").args(["-s", name, &pid]).status().expect("running kill");
+        assert!(status.success(), "kill -s {name} {pid} failed");
+    }
+
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("checking on the orchestrator")
+    }
+
+    /// Waits for the process to end, and says how it ended.
+    pub async fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().await.expect("waiting for the orchestrator")
+    }
+}
+
+/// A copy of `kubeconfig` (named `file`) that reaches the API server at `server` instead.
+fn with_server(kubeconfig: &Path, file: &str, server: &str) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).expect("reading kubeconfig");
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig YAML");
+    config["clusters"][0]["cluster"]["server"] = server.into();
+    let path = kubeconfig.with_file_name(format!("{file}.kubeconfig"));
+    std::fs::write(&path, serde_yaml::to_string(&config).expect("kubeconfig YAML")).expect("writing kubeconfig");
+    path
 }
 
 fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Child {
