@@ -2,6 +2,7 @@
 //! (defaulting, validation) and pkg/replicas (scaling), the same code the cluster runs.
 
 mod cli;
+mod manifest;
 mod output;
 
 use std::io::{IsTerminal, Read, Write};
@@ -115,17 +116,17 @@ fn jobs(ctx: &Ctx) -> Api<DIJob> {
     Api::namespaced(ctx.client.clone(), &ctx.namespace)
 }
 
-/// The documents to create: from -f, or one job from the flags.
+/// The objects to create, each checked as the webhook would: from -f, or one job from the flags.
 fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     if let Some(file) = &args.filename {
-        let text = if file == "-" {
-            let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text)?;
-            text
+        let bytes = if file == "-" {
+            let mut bytes = vec![];
+            std::io::stdin().read_to_end(&mut bytes).context("reading the standard input")?;
+            bytes
         } else {
-            std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?
+            std::fs::read(file).with_context(|| format!("reading {file}"))?
         };
-        return di_api::manifest::yaml_documents(&text).with_context(|| format!("{file} is not YAML"));
+        return manifest::read(&bytes);
     }
     let name = args.name.clone().expect("clap requires NAME without -f");
     let image = args.image.clone().ok_or_else(|| anyhow!("--image is required to create {name} without a file"))?;
@@ -138,46 +139,18 @@ fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     if let Some(gpus) = args.gpus {
         learner["gpus"] = json!(gpus);
     }
-    Ok(vec![json!({
+    let job = json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
         "metadata": {"name": name},
         "spec": {"coordinator": {"template": template}, "collector": {"replicas": args.collectors, "template": template}, "learner": learner},
-    })])
-}
-
-/// Checks a document as the webhook would; the errors name each field and its fix.
-pub fn check_document(doc: &serde_json::Value) -> anyhow::Result<()> {
-    let kind = doc["kind"].as_str().unwrap_or_default();
-    let name = doc["metadata"]["name"].as_str().unwrap_or("<unnamed>");
-    match kind {
-        "DIJob" => {
-            let mut job: DIJob =
-                serde_json::from_value(doc.clone()).map_err(|e| anyhow!("DIJob {name} cannot be read: {e}"))?;
-            di_api::defaults::default_dijob(&mut job);
-            di_api::validation::validate_dijob(&job).map_err(|e| anyhow!("DIJob {name} is invalid: {e}"))
-        }
-        "AggregatorConfig" => {
-            let mut config: AggregatorConfig = serde_json::from_value(doc.clone())
-                .map_err(|e| anyhow!("AggregatorConfig {name} cannot be read: {e}"))?;
-            di_api::defaults::default_aggregator_config(&mut config);
-            di_api::validation::validate_aggregator_config(&config)
-                .map_err(|e| anyhow!("AggregatorConfig {name} is invalid: {e}"))
-        }
-        other => bail!(
-            "kubectl di create takes DIJob and AggregatorConfig documents, not {other:?}; use kubectl apply for others"
-        ),
-    }
+    });
+    manifest::check(&[(1, job.clone())])?;
+    Ok(vec![job])
 }
 
 async fn create(ctx: Option<&Ctx>, args: &CreateArgs) -> anyhow::Result<()> {
-    let docs = documents(args)?;
-    if docs.is_empty() {
-        bail!("no objects to create");
-    }
     // Every document is checked before anything is created.
-    for doc in &docs {
-        check_document(doc)?;
-    }
+    let docs = documents(args)?;
     let mut created = vec![];
     for doc in &docs {
         let kind = doc["kind"].as_str().unwrap_or_default();
@@ -386,17 +359,15 @@ async fn scale_job(ctx: &Ctx, args: &ScaleArgs, up: bool) -> anyhow::Result<()> 
         collectors: ResourceRequest { replicas: args.collectors, ..Default::default() },
         learners: ResourceRequest { replicas: args.learners, gpus: args.gpus.clone(), ..Default::default() },
     };
-    let (before, change) = update_job(&api, &args.name, |job: &DIJob| {
+    let written = update_job(&api, &args.name, |job: &DIJob| {
         let change = if up { scale::scale_up(job, &request)? } else { scale::scale_down(job, &request)? };
         Ok((change.patch(job), change))
     })
     .await
     .map_err(|e| anyhow!("scaling DIJob {}: {e}", args.name))?;
-    let affected: Vec<String> = [
-        scale::affected(&args.name, Role::Collector, before.spec.collector_replicas(), change.collectors),
-        scale::affected(&args.name, Role::Learner, before.spec.learner_replicas(), change.learners),
-    ]
-    .concat();
+    let change = &written.result;
+    let scale::Affected { collectors, learners, .. } = scale::Affected::between(&written.before, &written.after);
+    let affected = [collectors, learners].concat();
     let verb = if up { "added" } else { "removed" };
     println!(
         "dijob.diengine.opendilab.org/{}: collectors {}, learners {}",
@@ -423,14 +394,15 @@ async fn restart(ctx: &Ctx, name: &str, pods: &[String], no_wait: bool) -> anyho
         .partition(|p| live.iter().any(|l| &l.name_any() == p && scale::role_of(l) == Some(Role::Collector)));
     let report =
         Replicas { namespace: ctx.namespace.clone(), coordinator: names::coordinator(name), collectors, learners };
-    let (_, old) = update_job(&api, name, |job: &DIJob| {
+    let old = update_job(&api, name, |job: &DIJob| {
         let (value, named) = scale::report_failed(job, &live, &report)?;
         let old: Vec<(String, Option<String>)> =
             named.iter().map(|n| (n.clone(), live.iter().find(|p| &p.name_any() == n).and_then(|p| p.uid()))).collect();
         Ok((json!({"metadata": {"annotations": {annotations::REPLACE: value}}}), old))
     })
     .await
-    .map_err(|e| anyhow!("marking pods of DIJob {name} for restart: {e}"))?;
+    .map_err(|e| anyhow!("marking pods of DIJob {name} for restart: {e}"))?
+    .result;
     if !no_wait {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
@@ -582,17 +554,15 @@ mod tests {
 
     #[test]
     fn client_side_checks_name_the_field() {
-        let text =
-            std::fs::read_to_string(format!("{}/../../manifests/examples/invalid.yaml", env!("CARGO_MANIFEST_DIR")))
-                .unwrap();
-        let doc = di_api::manifest::yaml_documents(&text).unwrap().remove(0);
-        let err = check_document(&doc).unwrap_err().to_string();
+        let path = format!("{}/../../manifests/examples/invalid.yaml", env!("CARGO_MANIFEST_DIR"));
+        let err = format!("{:#}", manifest::read(&std::fs::read(path).unwrap()).unwrap_err());
         assert!(
             err.starts_with("DIJob invalid-job is invalid: spec.cleanPodPolicy: Unsupported value \"Sometimes\""),
             "{err}"
         );
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
-        assert!(check_document(&pod).unwrap_err().to_string().contains("not \"Pod\"; use kubectl apply"));
+        let err = manifest::check(&[(1, pod)]).unwrap_err().to_string();
+        assert!(err.contains("kind: Unsupported value \"Pod\""), "{err}");
     }
 }
 

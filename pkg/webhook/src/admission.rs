@@ -45,7 +45,7 @@ fn deny(request: &AdmissionRequest<DynamicObject>, code: u16, reason: &str, mess
 }
 
 /// Reads the request's object (or old object) as `T`; a denial says what is unreadable.
-fn parse<T: DeserializeOwned>(
+fn parse<T: DeserializeOwned + Serialize>(
     request: &AdmissionRequest<DynamicObject>,
     object: Option<&DynamicObject>,
     what: &str,
@@ -53,10 +53,34 @@ fn parse<T: DeserializeOwned>(
     let Some(object) = object else {
         return Err(Box::new(deny(request, 400, "BadRequest", format!("the admission request carries no {what}"))));
     };
+    let unreadable = |problem: String| {
+        let message = format!("the {what} cannot be read as a {}: {problem}", request.kind.kind);
+        Box::new(deny(request, 422, "Invalid", message))
+    };
     let value = serde_json::to_value(object).map_err(|e| Box::new(deny(request, 400, "BadRequest", e.to_string())))?;
-    serde_json::from_value(value).map_err(|e| {
-        Box::new(deny(request, 422, "Invalid", format!("the {what} cannot be read as a {}: {e}", request.kind.kind)))
-    })
+    let typed: T = serde_json::from_value(value.clone()).map_err(|e| unreadable(e.to_string()))?;
+    match shape_mismatch(&serde_json::to_value(&typed).expect("typed objects serialise"), &value, "") {
+        Some(problem) => Err(unreadable(problem)),
+        None => Ok(typed),
+    }
+}
+
+/// Where `raw` is a list but its typed view an object: serde reads a list as a struct of our own
+/// (`spec: []` is an empty spec), which the API server's schema refuses and a patch cannot
+/// address. Scalars are left alone (a quantity may be a number or a string).
+fn shape_mismatch(typed: &serde_json::Value, raw: &serde_json::Value, at: &str) -> Option<String> {
+    use serde_json::Value;
+    let field = |key: &str| if at.is_empty() { key.to_owned() } else { format!("{at}.{key}") };
+    match (typed, raw) {
+        (Value::Object(t), Value::Object(r)) => {
+            t.iter().find_map(|(k, tv)| r.get(k).and_then(|rv| shape_mismatch(tv, rv, &field(k))))
+        }
+        (Value::Array(t), Value::Array(r)) => {
+            t.iter().zip(r).enumerate().find_map(|(i, (tv, rv))| shape_mismatch(tv, rv, &format!("{at}[{i}]")))
+        }
+        (Value::Object(_), Value::Array(_)) => Some(format!("{at}: invalid type: sequence, expected a map")),
+        _ => None,
+    }
 }
 
 /// The patch that turns `before` into `after`, both read through the typed view: unknown fields
