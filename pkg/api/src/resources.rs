@@ -102,6 +102,11 @@ pub fn parse_quantity(q: &Quantity) -> Option<Decimal> {
 /// when it is fractional or not a quantity at all.
 pub fn whole_number(q: &Quantity) -> Option<i64> {
     let Decimal { mut mantissa, mut exp10 } = parse_quantity(q)?;
+    if mantissa == 0 {
+        // Zero at any exponent: the loops below would run once per power of ten, 2^31 times
+        // for `0e2147483647`.
+        return Some(0);
+    }
     while exp10 > 0 {
         mantissa = mantissa.checked_mul(10)?;
         exp10 -= 1;
@@ -125,6 +130,8 @@ mod tests {
         let cases = [
             ("2", Some(2)),
             ("0", Some(0)),
+            ("0e2147483647", Some(0)),
+            ("0e-2147483648", Some(0)),
             ("+3", Some(3)),
             ("-1", Some(-1)),
             ("1k", Some(1000)),

@@ -339,7 +339,6 @@ fn the_corpus_gets_envelopes() {
 /// the exponent down one step at a time, seconds of CPU for a few bytes (reported; the fuzz
 /// strategies keep exponents within ±400 until it is fixed).
 #[test]
-#[ignore = "known bug in di_api::resources::whole_number; run with --ignored once it is fixed"]
 fn a_huge_exponent_is_answered_at_once() {
     let body = br#"{"namespace": "ns", "coordinator": "job-coordinator", "learners": {"replicas": 0, "gpus": "0e2147483647"}}"#;
     let started = std::time::Instant::now();

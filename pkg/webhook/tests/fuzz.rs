@@ -284,7 +284,6 @@ fn every_field_of_the_examples_with_a_wrong_type_is_answered() {
 /// the exponent down one step at a time, seconds of CPU for a few bytes (reported; the fuzz
 /// strategies keep exponents within ±400 until it is fixed).
 #[test]
-#[ignore = "known bug in di_api::resources::whole_number; run with --ignored once it is fixed"]
 fn a_huge_exponent_is_answered_at_once() {
     let mut job = examples().into_iter().find(|(kind, _)| kind == "DIJob").unwrap().1;
     let container = &mut job["spec"]["coordinator"]["template"]["spec"]["containers"][0];

@@ -214,7 +214,6 @@ fn the_corpus_is_answered() {
 /// the exponent down one step at a time, seconds of CPU for a few bytes (reported; the fuzz
 /// strategies keep exponents within ±400 until it is fixed).
 #[test]
-#[ignore = "known bug in di_api::resources::whole_number; run with --ignored once it is fixed"]
 fn a_huge_exponent_is_answered_at_once() {
     let text = "apiVersion: diengine.opendilab.org/v1alpha1\nkind: DIJob\nmetadata: {name: job}\nspec:\n  coordinator:\n    template:\n      spec:\n        containers:\n        - {name: di-container, image: ding, resources: {limits: {nvidia.com/gpu: \"0e2147483647\"}}}\n";
     let started = std::time::Instant::now();
