@@ -58,7 +58,11 @@ fn parse<T: DeserializeOwned + Serialize>(
         Box::new(deny(request, 422, "Invalid", message))
     };
     let value = serde_json::to_value(object).map_err(|e| Box::new(deny(request, 400, "BadRequest", e.to_string())))?;
-    let typed: T = serde_json::from_value(value.clone()).map_err(|e| unreadable(e.to_string()))?;
+    // The path of the field that does not fit goes first: serde_json's own message names none.
+    let typed: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| match e.path().to_string() {
+        path if path == "." => unreadable(e.into_inner().to_string()),
+        path => unreadable(format!("{path}: {}", e.into_inner())),
+    })?;
     match shape_mismatch(&serde_json::to_value(&typed).expect("typed objects serialise"), &value, "") {
         Some(problem) => Err(unreadable(problem)),
         None => Ok(typed),

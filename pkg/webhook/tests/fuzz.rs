@@ -291,13 +291,12 @@ fn a_huge_exponent_is_answered_at_once() {
     let started = std::time::Instant::now();
     let outcome = block_on(check_review("/validate", "CREATE", "DIJob", job, Value::Null));
     assert!(outcome.is_ok(), "{outcome:?}");
-    assert!(started.elapsed() < std::time::Duration::from_millis(500), "took {:?}", started.elapsed());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?} (the spin took a minute; a loaded machine takes milliseconds)", started.elapsed());
 }
 
 /// An object that cannot be read is denied with the field that does not fit, as kubectl di's
 /// check does (serde_json's own message names no field; serde_path_to_error adds it).
 #[test]
-#[ignore = "needs the field path in the webhook's parse denials (reported)"]
 fn unreadable_objects_name_the_field() {
     let mut job = examples().into_iter().find(|(kind, _)| kind == "DIJob").unwrap().1;
     job["spec"]["collector"]["replicas"] = json!("two");
