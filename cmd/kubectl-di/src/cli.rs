@@ -43,9 +43,12 @@ pub enum Command {
     /// Delete a DIJob and everything it owns.
     Delete {
         name: String,
-        /// Wait until it is gone.
+        /// Wait until it is gone, and every pod it owned too.
         #[arg(long)]
         wait: bool,
+        /// Longest wait with --wait, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
     },
     /// Print a replica's logs (the coordinator's by default).
     Logs(LogsArgs),

@@ -2,6 +2,7 @@
 //! (defaulting, validation) and pkg/replicas (scaling), the same code the cluster runs.
 
 mod cli;
+mod gone;
 mod manifest;
 mod output;
 
@@ -101,7 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Create(args) => create(Some(&ctx), &args).await,
         Command::Get(args) => get(&ctx, &args).await,
         Command::Describe { name } => describe(&ctx, &name).await,
-        Command::Delete { name, wait } => delete(&ctx, &name, wait).await,
+        Command::Delete { name, wait, timeout } => delete(&ctx, &name, wait, timeout).await,
         Command::Logs(args) => logs(&ctx, &args).await,
         Command::Replicas { command } => replicas(&ctx, command).await,
         Command::Suspend { name } => suspend(&ctx, &name, true).await,
@@ -295,16 +296,17 @@ async fn describe(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete(ctx: &Ctx, name: &str, wait: bool) -> anyhow::Result<()> {
+async fn delete(ctx: &Ctx, name: &str, wait: bool, timeout: u64) -> anyhow::Result<()> {
+    let job = jobs(ctx).get(name).await.map_err(|e| explain(e, &format!("getting DIJob {name}")))?;
     jobs(ctx)
         .delete(name, &DeleteParams::background())
         .await
         .map_err(|e| explain(e, &format!("deleting DIJob {name}")))?;
     println!("dijob.diengine.opendilab.org/{name} deleted");
     if wait {
-        while jobs(ctx).get_opt(name).await?.is_some() {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        let uid = job.uid().unwrap_or_default();
+        gone::until_gone(&jobs(ctx), &pods, name, &uid, Duration::from_secs(timeout)).await?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::process::Output;
 use di_api::{DIJob, Phase};
 use di_e2e::orchestrator::binary;
 use di_e2e::scenario::{Scenario, names};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 /// Runs the plugin without blocking the test's runtime, which drives the simulated nodes.
@@ -115,6 +116,12 @@ async fn the_plugin_does_what_its_help_says() {
 
     ok(&kubectl_di(&s, &["delete", "quick", "--wait"]).await);
     assert!(s.jobs.get_opt("quick").await.unwrap().is_none());
+    let left = s.pods.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        left.is_empty(),
+        "--wait waits for the job's pods too: {:?}",
+        left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
 
     let version = ok(&kubectl_di(&s, &["version"]).await);
     assert!(version.starts_with("kubectl-di "), "{version}");

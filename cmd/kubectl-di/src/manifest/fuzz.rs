@@ -218,5 +218,9 @@ fn a_huge_exponent_is_answered_at_once() {
     let text = "apiVersion: diengine.opendilab.org/v1alpha1\nkind: DIJob\nmetadata: {name: job}\nspec:\n  coordinator:\n    template:\n      spec:\n        containers:\n        - {name: di-container, image: ding, resources: {limits: {nvidia.com/gpu: \"0e2147483647\"}}}\n";
     let started = std::time::Instant::now();
     assert!(answer_to(text.as_bytes()).is_ok());
-    assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?} (the spin took a minute; a loaded machine takes milliseconds)", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?} (the spin took a minute; a loaded machine takes milliseconds)",
+        started.elapsed()
+    );
 }
