@@ -344,5 +344,9 @@ fn a_huge_exponent_is_answered_at_once() {
     let started = std::time::Instant::now();
     let outcome = block_on(check_write([127, 0, 0, 1], WRITES[0], body.to_vec()));
     assert!(outcome.is_ok(), "{outcome:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "took {:?} (the spin took a minute; a loaded machine takes milliseconds)", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?} (the spin took a minute; a loaded machine takes milliseconds)",
+        started.elapsed()
+    );
 }

@@ -190,7 +190,9 @@ async fn objects_that_cannot_be_read_are_denied_with_the_reason() {
         assert_eq!(response["allowed"], false, "{path}");
         let message = response["status"]["message"].as_str().unwrap();
         assert!(
-            message.starts_with("the object cannot be read as a DIJob: spec.collector.replicas: invalid type: string \"two\""),
+            message.starts_with(
+                "the object cannot be read as a DIJob: spec.collector.replicas: invalid type: string \"two\""
+            ),
             "{path}: {message}"
         );
     }

@@ -291,7 +291,11 @@ fn a_huge_exponent_is_answered_at_once() {
     let started = std::time::Instant::now();
     let outcome = block_on(check_review("/validate", "CREATE", "DIJob", job, Value::Null));
     assert!(outcome.is_ok(), "{outcome:?}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(10), "took {:?} (the spin took a minute; a loaded machine takes milliseconds)", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?} (the spin took a minute; a loaded machine takes milliseconds)",
+        started.elapsed()
+    );
 }
 
 /// An object that cannot be read is denied with the field that does not fit, as kubectl di's
