@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerPort, PodTemplateSpec};
 use crate::aggregator_config::AggregatorConfig;
 use crate::contract::{PORT_NAME, Role};
 use crate::dijob::DIJob;
-use crate::resources::main_container_index;
+use crate::resources::{di_port, main_container_index};
 
 /// How a finished job's pods are cleaned up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,12 +84,10 @@ pub fn default_aggregator_config(config: &mut AggregatorConfig) {
 /// so the pod never declares the same port twice.
 fn default_template(template: &mut PodTemplateSpec, role: Role) {
     let Some(spec) = template.spec.as_mut() else { return };
-    let has_port =
-        spec.containers.iter().flat_map(|c| c.ports.iter().flatten()).any(|p| p.name.as_deref() == Some(PORT_NAME));
-    let Some(main) = main_container_index(spec) else { return };
-    if has_port {
+    if di_port(spec).is_some() {
         return;
     }
+    let Some(main) = main_container_index(spec) else { return };
     let ports = spec.containers[main].ports.get_or_insert_with(Vec::new);
     match ports.iter_mut().find(|p| p.name.is_none() && p.container_port == role.default_port()) {
         Some(port) => port.name = Some(PORT_NAME.into()),

@@ -1,5 +1,6 @@
-//! The DIJob API of di-orchestrator: the custom resources, the pod contract they imply, and the
-//! defaulting and validation rules that the webhook, the reconciler and the CLI all share.
+//! The DIJob API of di-orchestrator: the custom resources, the pod contract they imply (and how a
+//! pod is read back under it), and the defaulting and validation rules that the webhook, the
+//! reconciler and the CLI all share.
 
 pub mod aggregator_config;
 pub mod contract;
@@ -7,6 +8,7 @@ pub mod crd;
 pub mod defaults;
 pub mod dijob;
 pub mod manifest;
+pub mod pod;
 pub mod resources;
 mod schema;
 pub mod validation;

@@ -1,10 +1,11 @@
-//! Reading a pod template the way the contract does: which container is the replica's own, and
-//! how many GPUs it asks for.
+//! Reading a pod template the way the contract does: which container is the replica's own, which
+//! port it serves on, how many GPUs it asks for, and what that makes a job's logic learners.
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::contract::{DEFAULT_CONTAINER_NAME, GPU_RESOURCE, PORT_NAME, Role};
+use crate::dijob::DIJob;
 
 /// Index of the container the contract applies to: the one named `di-container`, else the first.
 pub fn main_container_index(spec: &PodSpec) -> Option<usize> {
@@ -19,18 +20,21 @@ pub fn main_container(template: &PodTemplateSpec) -> Option<&Container> {
     main_container_index(spec).map(|i| &spec.containers[i])
 }
 
-/// The port a replica of `role` built from `template` serves on: the first container port named
-/// `di-port` (the main container's first), else the role's default.
-pub fn replica_port(template: &PodTemplateSpec, role: Role) -> i32 {
-    let Some(spec) = template.spec.as_ref() else {
-        return role.default_port();
-    };
+/// The number of the pod's `di-port`: the first container port of that name, the main
+/// container's first, since that is the one the replica's Service points at.
+pub fn di_port(spec: &PodSpec) -> Option<i32> {
     let main = main_container_index(spec).unwrap_or(0);
     let ordered = spec.containers.get(main).into_iter().chain(spec.containers.iter());
     ordered
         .flat_map(|c| c.ports.iter().flatten())
         .find(|p| p.name.as_deref() == Some(PORT_NAME))
-        .map_or(role.default_port(), |p| p.container_port)
+        .map(|p| p.container_port)
+}
+
+/// The port a replica of `role` built from `template` serves on: its [`di_port`], else the
+/// role's default.
+pub fn replica_port(template: &PodTemplateSpec, role: Role) -> i32 {
+    template.spec.as_ref().and_then(di_port).unwrap_or(role.default_port())
 }
 
 /// GPUs the template's main container asks for (its limit, else its request). `None` when it
@@ -48,6 +52,32 @@ pub fn template_gpus(template: &PodTemplateSpec) -> Result<Option<i64>, String> 
         None => Ok(None),
         Some(q) => whole_number(q).map(Some).ok_or_else(|| q.0.clone()),
     }
+}
+
+/// GPUs per logic learner: `spec.learner.gpus`, else its template's [`template_gpus`], else 0
+/// (also for a job without learners). `Err` carries a template quantity that is no GPU count:
+/// fractional, or beyond `i32` (validation bounds `spec.learner.gpus`, not the template).
+pub fn learner_gpus(job: &DIJob) -> Result<i32, String> {
+    let Some(learner) = &job.spec.learner else { return Ok(0) };
+    if let Some(gpus) = learner.gpus {
+        return Ok(gpus);
+    }
+    match template_gpus(&learner.template)? {
+        None => Ok(0),
+        Some(gpus) => i32::try_from(gpus).map_err(|_| gpus.to_string()),
+    }
+}
+
+/// Whether each logic learner of the job is an aggregator in front of DDP learners: it has more
+/// than one GPU. Not for a job whose GPU count cannot be read: it is invalid, and the reconciler
+/// builds no learners for it at all.
+pub fn needs_aggregator(job: &DIJob) -> bool {
+    learner_gpus(job).is_ok_and(|gpus| gpus > 1)
+}
+
+/// The role the reconciler runs each logic learner of the job as (see [`needs_aggregator`]).
+pub fn learner_role(job: &DIJob) -> Role {
+    if needs_aggregator(job) { Role::Aggregator } else { Role::Learner }
 }
 
 /// A parsed Kubernetes quantity: `mantissa * 10^exp10`, binary suffixes already multiplied in.
@@ -210,6 +240,42 @@ mod tests {
             assert_eq!(replica_port(&template(spec.clone()), Role::Collector), want, "{spec}");
         }
         assert_eq!(replica_port(&PodTemplateSpec::default(), Role::Coordinator), 22273);
+        let spec = |containers| serde_json::from_value::<PodSpec>(serde_json::json!({ "containers": containers }));
+        let sidecar_first = spec(serde_json::json!([
+            {"name": "sidecar", "ports": [{"name": "di-port", "containerPort": 1}]},
+            {"name": "di-container", "ports": [{"name": "other", "containerPort": 3}]}]));
+        assert_eq!(di_port(&sidecar_first.unwrap()), Some(1), "another container's, when the main one has none");
+        assert_eq!(di_port(&spec(serde_json::json!([])).unwrap()), None);
+    }
+
+    fn job(learner: serde_json::Value) -> DIJob {
+        let spec = serde_json::json!({"coordinator": {"template": {}}, "learner": learner});
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "j"}, "spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn gpus_and_role_of_a_logic_learner() {
+        // (what, spec.learner.gpus, the template's GPU limit, learner_gpus, role)
+        let cases = [
+            ("no GPUs anywhere", None, None, Ok(0), Role::Learner),
+            ("one", None, Some("1"), Ok(1), Role::Learner),
+            ("the template's", None, Some("2"), Ok(2), Role::Aggregator),
+            ("the spec's", Some(3), None, Ok(3), Role::Aggregator),
+            ("the spec's over the template's", Some(1), Some("4"), Ok(1), Role::Learner),
+            ("fractional", None, Some("1.5"), Err("1.5".to_string()), Role::Learner),
+            ("beyond i32", None, Some("3e9"), Err("3000000000".to_string()), Role::Learner),
+        ];
+        for (what, spec_gpus, template_gpus, want, role) in cases {
+            let limits = template_gpus.map(|g| serde_json::json!({"nvidia.com/gpu": g}));
+            let container = serde_json::json!({"name": "c", "resources": {"limits": limits}});
+            let job = job(serde_json::json!({"gpus": spec_gpus, "template": {"spec": {"containers": [container]}}}));
+            assert_eq!(learner_gpus(&job), want, "{what}");
+            assert_eq!(needs_aggregator(&job), role == Role::Aggregator, "{what}");
+            assert_eq!(learner_role(&job), role, "{what}");
+        }
+        let mut no_learner = job(serde_json::json!({"template": {}}));
+        no_learner.spec.learner = None;
+        assert_eq!((learner_gpus(&no_learner), learner_role(&no_learner)), (Ok(0), Role::Learner));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use di_api::contract::{Role, annotations, labels, names};
+use di_api::contract::{Role, annotations, names};
 use di_api::defaults::{CleanPodPolicy, clean_pod_policy};
+use di_api::pod::{index_of, role_of};
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -14,7 +15,7 @@ use kube::ResourceExt;
 
 use crate::desired::{self, BuildError, Rbac, Settings};
 use crate::restarts::Mark;
-use crate::status::{self, Facts, is_active, is_terminating, pod_phase, role_of};
+use crate::status::{self, Facts, is_active, is_terminating, pod_phase};
 
 /// What exists of a job, and when.
 pub struct World<'a> {
@@ -220,6 +221,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     && matches!(role_of(pod), Some(Role::Learner | Role::Aggregator | Role::DdpLearner)))
         };
         let mut excess: Vec<&Pod> = world.pods.iter().copied().filter(|p| !keep(p) && !is_terminating(p)).collect();
+        // An unindexed pod (`None`) goes last.
         excess.sort_by_key(|p| std::cmp::Reverse((index_of(p), p.name_any())));
         actions.extend(excess.iter().map(|p| delete_pod(p, Why::ScaledDown)));
         for (name, service) in &services {
@@ -274,8 +276,4 @@ fn restarts_of(service: &Service) -> u32 {
 
 fn restart_after(service: &Service) -> Option<Timestamp> {
     service.annotations().get(annotations::RESTART_AFTER)?.parse().ok()
-}
-
-fn index_of(pod: &Pod) -> i64 {
-    pod.labels().get(labels::REPLICA_INDEX).and_then(|i| i.parse().ok()).unwrap_or(-1)
 }

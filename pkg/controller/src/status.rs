@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use di_api::contract::{Role, labels};
+use di_api::contract::Role;
+use di_api::pod::index_of;
 use di_api::{DIJob, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -16,9 +17,8 @@ pub const NAMES_TAKEN: &str = "NamesTaken";
 /// A started job whose spec changed into one the reconciler cannot act on.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
-pub fn role_of(pod: &Pod) -> Option<Role> {
-    pod.metadata.labels.as_ref()?.get(labels::REPLICA_TYPE).and_then(|l| Role::from_label(l))
-}
+// How a pod's role is read is di-api's rule; re-exported for this crate's callers.
+pub use di_api::pod::role_of;
 
 pub fn pod_phase(pod: &Pod) -> &str {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
@@ -173,14 +173,13 @@ fn ready_collectors(pods: &[&Pod]) -> usize {
 
 /// Logic learners ready: single learners, and aggregators whose DDP learners are all ready.
 fn ready_learners(pods: &[&Pod]) -> usize {
-    let index = |p: &Pod| p.metadata.labels.as_ref().and_then(|l| l.get(labels::REPLICA_INDEX).cloned());
     let single = pods.iter().filter(|p| role_of(p) == Some(Role::Learner) && is_ready(p)).count();
     let aggregated = pods
         .iter()
         .filter(|p| role_of(p) == Some(Role::Aggregator) && is_ready(p))
         .filter(|agg| {
             let mut ddp =
-                pods.iter().filter(|p| role_of(p) == Some(Role::DdpLearner) && index(p) == index(agg)).peekable();
+                pods.iter().filter(|p| role_of(p) == Some(Role::DdpLearner) && index_of(p) == index_of(agg)).peekable();
             ddp.peek().is_some() && ddp.all(|p| is_ready(p))
         })
         .count();
@@ -237,6 +236,7 @@ pub fn finished_at(job: &DIJob) -> Option<Timestamp> {
 
 #[cfg(test)]
 mod tests {
+    use di_api::contract::labels;
     use serde_json::json;
 
     use super::*;

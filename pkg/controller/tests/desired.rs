@@ -253,3 +253,40 @@ fn a_job_without_uid_or_coordinator_cannot_be_built() {
     no_coordinator.spec.coordinator = None;
     assert_eq!(desired::replicas(&no_coordinator, None, &Settings::default()), Err(desired::BuildError::NoCoordinator));
 }
+
+#[test]
+fn built_pods_read_back_as_what_they_are() {
+    // The replica endpoint and the CLI know pods only by what di-api reads off them.
+    use di_api::pod::{index_of, port_of, role_of};
+    let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
+    let port = json!([{"name": "di-port", "containerPort": 9000}]);
+    let collector = json!({"template": {"spec": {"containers": [{"name": "di-container", "ports": port}]}}});
+    for job in [job(2, 1, json!({"collector": collector})), job(1, 2, json!({"learner": {"gpus": 6}}))] {
+        for replica in desired::replicas(&job, Some(&agconfig()), &settings).unwrap() {
+            let (pod, name) = (&replica.pod, replica.name());
+            assert_eq!(role_of(pod), Some(replica.role), "{name}");
+            assert_eq!(index_of(pod), replica.index, "{name}");
+            assert_eq!(port_of(pod), Some(service_ports(&replica)[0].1), "{name}: the port its Service points at");
+        }
+    }
+}
+
+#[test]
+fn the_templates_gpus_decide_the_learners_like_the_spec() {
+    let gpus = |n: &str| {
+        json!({"template": {"spec": {"containers": [
+        {"name": "di-container", "resources": {"limits": {"nvidia.com/gpu": n}}}]}}})
+    };
+    let two = job(0, 1, json!({"learner": gpus("2")}));
+    assert!(desired::needs_aggregator(&two));
+    let roles: Vec<Role> =
+        desired::replicas(&two, Some(&agconfig()), &Settings::default()).unwrap().iter().map(|r| r.role).collect();
+    assert_eq!(roles, [Role::Coordinator, Role::Aggregator, Role::DdpLearner]);
+
+    let half = job(0, 1, json!({"learner": gpus("500m")}));
+    assert!(!desired::needs_aggregator(&half));
+    assert_eq!(
+        desired::replicas(&half, None, &Settings::default()),
+        Err(desired::BuildError::FractionalGpus(Role::Learner, "500m".into()))
+    );
+}

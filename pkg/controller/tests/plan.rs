@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{job, now, observed};
-use di_api::contract::annotations;
+use di_api::contract::{annotations, labels};
 use di_api::{DIJob, DIJobStatus, Phase};
 use di_controller::desired::{self, Settings};
 use di_controller::plan::{Action, Plan, Why, World, backoff, plan};
@@ -128,7 +128,12 @@ fn after_a_crash_only_what_is_missing_is_created() {
 #[test]
 fn scaling_down_deletes_the_highest_index_first() {
     let big = job(4, 2, json!({}));
-    let (pods, services) = world_of(&big, |_| Some("Running"));
+    let (mut pods, services) = world_of(&big, |_| Some("Running"));
+    // A pod of the job without an index (left by an older build, say) goes after every indexed one.
+    let mut unindexed = pods[1].clone();
+    (unindexed.metadata.name, unindexed.status) = (Some("job-collector-x".into()), None);
+    unindexed.labels_mut().remove(labels::REPLICA_INDEX);
+    pods.push(unindexed);
     let small = job(1, 1, json!({}));
     let plan = decide(&small, &pods, &services, now());
     assert_eq!(
@@ -138,6 +143,7 @@ fn scaling_down_deletes_the_highest_index_first() {
             ("job-collector-2".into(), Why::ScaledDown),
             ("job-learner-1".into(), Why::ScaledDown),
             ("job-collector-1".into(), Why::ScaledDown),
+            ("job-collector-x".into(), Why::ScaledDown),
         ]
     );
     let services_deleted: Vec<_> = plan

@@ -1,0 +1,87 @@
+//! The coordinator and the replica endpoint that runs beside it: the sidecar container, where it
+//! answers, and the identity the coordinator's pod runs as so the sidecar may patch its job.
+
+use std::collections::BTreeMap;
+
+use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, env, names};
+use di_api::resources::replica_port;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{BuildError, Builder, Replica, container_port, inject_env, service_port};
+
+/// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
+pub(super) fn server_url(job: &str, namespace: &str) -> String {
+    names::url(&names::coordinator(job), namespace, REPLICAS_PORT)
+}
+
+impl Builder<'_> {
+    /// The coordinator's pod with the sidecar, and a Service that also exposes the sidecar.
+    pub(super) fn coordinator(&self) -> Result<Replica, BuildError> {
+        let template = &self.spec.coordinator.as_ref().ok_or(BuildError::NoCoordinator)?.template;
+        let name = names::coordinator(&self.job);
+        let url = names::url(&name, &self.namespace, replica_port(template, Role::Coordinator));
+        let mut sidecar = self.sidecar();
+        inject_env(&mut sidecar, &self.common_env(&name));
+        let mut replica = self.replica(Role::Coordinator, None, name, template, vec![(env::COORDINATOR_URL, url)]);
+        let spec = replica.pod.spec.as_mut().expect("built pods have a spec");
+        // A template's own account is kept (and bound by `rbac`); otherwise the job's.
+        if spec.service_account_name.as_deref().is_none_or(str::is_empty) {
+            spec.service_account_name = Some(names::replicas_identity(&self.job));
+        }
+        spec.containers.push(sidecar);
+        let ports = replica.service.spec.as_mut().and_then(|s| s.ports.as_mut()).expect("built services have ports");
+        ports.push(service_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT));
+        Ok(replica)
+    }
+
+    /// The replica endpoint, serving this job only.
+    fn sidecar(&self) -> Container {
+        Container {
+            name: REPLICAS_CONTAINER_NAME.into(),
+            image: Some(self.settings.replicas_image.clone()),
+            args: Some(vec![
+                "replicas".into(),
+                format!("--namespace={}", self.namespace),
+                format!("--job={}", self.job),
+                format!("--port={REPLICAS_PORT}"),
+            ]),
+            ports: Some(vec![container_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT)]),
+            env: Some(vec![EnvVar {
+                name: env::POD_IP.into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector { field_path: "status.podIP".into(), ..Default::default() }),
+                    ..Default::default()
+                }),
+            }]),
+            readiness_probe: Some(Probe {
+                http_get: Some(HTTPGetAction {
+                    path: Some("/healthz".into()),
+                    port: IntOrString::Int(REPLICAS_PORT),
+                    ..Default::default()
+                }),
+                period_seconds: Some(5),
+                ..Default::default()
+            }),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity("10m".into())),
+                    ("memory".to_string(), Quantity("16Mi".into())),
+                ])),
+                limits: Some(BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))])),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_non_root: Some(true),
+                read_only_root_filesystem: Some(true),
+                allow_privilege_escalation: Some(false),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
