@@ -15,6 +15,7 @@ use di_controller::desired::Settings;
 use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
+use di_controller::timing::timed_client;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::info;
 
@@ -160,7 +161,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let election = args.leader_elect.then(|| leader_config(&args)).transpose()?;
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
-    let client = counted_client(kube_config.clone(), metrics.clone())?;
+    let client = timed_client(kube_config.clone(), metrics.clone())?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
     let app = Router::new()
@@ -207,7 +208,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     match election {
         None => run.await,
         Some(config) => {
-            let lease_client = counted_client(config.client_config(kube_config), metrics)?;
+            let lease_client = timed_client(config.client_config(kube_config), metrics)?;
             lead(lease_client, config, run, stopped).await?;
         }
     }
@@ -313,47 +314,6 @@ async fn start_webhooks(
     info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
     tokio::spawn(tls::serve(listener, server::router(), resolver, shutdown));
     Ok(())
-}
-
-/// A client whose every request is counted and timed in the metrics, so the API cost of a job,
-/// and where the reconciler's time goes, can be read.
-fn counted_client(config: kube::Config, metrics: Arc<Metrics>) -> anyhow::Result<kube::Client> {
-    let timed = tower::layer::layer_fn(move |inner| Timed { inner, metrics: metrics.clone() });
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&timed).build())
-}
-
-/// Counts each request when sent and times it until answered.
-#[derive(Clone)]
-struct Timed<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S, B> tower::Service<axum::http::Request<kube::client::Body>> for Timed<S>
-where
-    S: tower::Service<axum::http::Request<kube::client::Body>, Response = axum::http::Response<B>>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: axum::http::Request<kube::client::Body>) -> Self::Future {
-        let method = request.method().as_str().to_owned();
-        let (path, query) = (request.uri().path().to_owned(), request.uri().query().map(str::to_owned));
-        self.metrics.api_request(&method);
-        let (metrics, start) = (self.metrics.clone(), std::time::Instant::now());
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let result = answer.await;
-            metrics.api_request_answered(&method, &path, query.as_deref(), start.elapsed().as_secs_f64());
-            result
-        })
-    }
 }
 
 async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {

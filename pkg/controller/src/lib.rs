@@ -13,4 +13,5 @@ pub mod plan;
 pub mod reconciler;
 pub mod restarts;
 pub mod status;
+pub mod timing;
 pub mod view;

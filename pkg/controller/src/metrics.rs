@@ -116,6 +116,7 @@ impl Metrics {
         ReconcileTimer { metrics: self, start: Instant::now() }
     }
 
+    /// Counts a request as it is sent; [`crate::timing`] calls this and the next for each one.
     pub fn api_request(&self, method: &str) {
         self.api_requests.get_or_create(&VerbLabel { verb: method.to_owned() }).inc();
     }

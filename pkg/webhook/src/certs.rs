@@ -19,6 +19,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     SanType,
 };
+use time::OffsetDateTime;
 use tracing::{info, warn};
 
 use crate::tls::{CertResolver, certified_key};
@@ -32,6 +33,8 @@ const TLS_KEY: &str = "tls.key";
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 const CA_VALIDITY_DAYS: i64 = 3650;
 const SERVING_VALIDITY_DAYS: i64 = 365;
+/// How far a new certificate's validity starts in the past.
+const CLOCK_SKEW: time::Duration = time::Duration::hours(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
@@ -76,7 +79,7 @@ impl Bundle {
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages =
             vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        params.not_after = rcgen::date_time_ymd(2000, 1, 1) + days_from_now(CA_VALIDITY_DAYS);
+        valid_for(&mut params, CA_VALIDITY_DAYS);
         let ca_key = KeyPair::generate()?;
         let ca_cert = params.self_signed(&ca_key)?.pem();
         Self::with_ca(ca_cert, ca_key.serialize_pem(), hosts)
@@ -95,7 +98,7 @@ impl Bundle {
             .collect::<Result<_, rcgen::Error>>()?;
         params.distinguished_name.push(DnType::CommonName, hosts.first().cloned().unwrap_or_default());
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.not_after = rcgen::date_time_ymd(2000, 1, 1) + days_from_now(SERVING_VALIDITY_DAYS);
+        valid_for(&mut params, SERVING_VALIDITY_DAYS);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &issuer)?.pem();
         Ok(Bundle { ca_cert, ca_key, cert, key: key.serialize_pem() })
@@ -115,13 +118,12 @@ impl Bundle {
     }
 }
 
-/// Time from the epoch of `date_time_ymd(2000, 1, 1)` to `days` from now.
-fn days_from_now(days: i64) -> Duration {
-    let since_2000 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("the clock is past 1970")
-        .saturating_sub(Duration::from_secs(946_684_800));
-    since_2000 + Duration::from_secs(days.max(0) as u64 * 86_400)
+/// Makes `params` valid from now for `days`. The start is backdated by [`CLOCK_SKEW`], so a
+/// peer whose clock is a little behind ours accepts a certificate issued a moment ago.
+fn valid_for(params: &mut CertificateParams, days: i64) {
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - CLOCK_SKEW;
+    params.not_after = now + time::Duration::days(days);
 }
 
 /// What to do with the stored bundle, if any, for `hosts` at `now` (seconds since the epoch).
@@ -318,6 +320,27 @@ mod tests {
         assert!((expiry - now_secs() - year).abs() < 86_400, "valid for a year");
         assert_eq!(renewal(Some(&bundle), &hosts(), now_secs()), Renewal::Keep);
         certified_key(bundle.cert.as_bytes(), bundle.key.as_bytes()).expect("rustls serves it");
+    }
+
+    /// A certificate's notBefore and notAfter, in seconds since the epoch.
+    fn validity(pem: &str) -> (i64, i64) {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        (cert.validity().not_before.timestamp(), cert.validity().not_after.timestamp())
+    }
+
+    #[test]
+    fn certificates_are_valid_from_now_for_their_days() {
+        let before = now_secs();
+        let bundle = Bundle::generate(&hosts()).unwrap();
+        let after = now_secs() + 1;
+        let skew = CLOCK_SKEW.whole_seconds();
+        for (pem, days) in [(&bundle.ca_cert, CA_VALIDITY_DAYS), (&bundle.cert, SERVING_VALIDITY_DAYS)] {
+            let (not_before, not_after) = validity(pem);
+            assert!((before - skew..=after - skew).contains(&not_before), "{not_before} is not now less {skew} s");
+            let end = days * 86_400;
+            assert!((before + end..=after + end).contains(&not_after), "{not_after} is not {days} days from now");
+        }
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! The baseline of time to running: the pods, services and RBAC the orchestrator would create,
+//! created by a plain client with the orchestrator's identity (so the same authorization
+//! checks), `CONCURRENCY` jobs at a time, each job's objects in the reconciler's order.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use di_api::contract::Role;
+use di_controller::desired::{self, Settings};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use tokio::sync::Semaphore;
+
+use super::harness::{Bench, RUN_LABEL, job, took, watch_until};
+
+/// Jobs reconciled at once by the orchestrator (its default), and so the baseline's concurrency.
+const CONCURRENCY: usize = 16;
+
+impl Bench {
+    /// The objects of `m` jobs of `n` collectors, created plainly; the time until every pod runs.
+    pub async fn baseline(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
+        let total = m * (n + 1);
+        let running = watch_until(pods.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<Pod>]| {
+            let running = all.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+            running.count() == total
+        })
+        .await?;
+        let permits = Arc::new(Semaphore::new(CONCURRENCY));
+        let start = Instant::now();
+        let mut tasks = vec![];
+        for i in 0..m {
+            let mut job = job(&format!("{prefix}-{i}"), n);
+            job.metadata.namespace = Some(self.base_ns.clone());
+            job.metadata.uid = Some(format!("baseline-{prefix}-{i}"));
+            di_api::defaults::default_dijob(&mut job);
+            let replicas = desired::replicas(&job, None, &Settings::default())?;
+            let mut rbac = desired::rbac(&job)?;
+            for meta in [&mut rbac.service_account.metadata, &mut rbac.role.metadata, &mut rbac.binding.metadata] {
+                meta.owner_references = None;
+            }
+            let client = self.base_client.clone();
+            let ns = self.base_ns.clone();
+            let (services, permits) = (Api::<Service>::namespaced(client.clone(), &ns), permits.clone());
+            let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+            let prefix = prefix.to_owned();
+            tasks.push(tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await?;
+                let post = PostParams::default();
+                // In the reconciler's order: the ServiceAccount; then the Role, RoleBinding and
+                // coordinator pod, alongside every service and the other pods.
+                Api::<ServiceAccount>::namespaced(client.clone(), &ns).create(&post, &rbac.service_account).await?;
+                let mut coordinator = None;
+                let mut objects = vec![];
+                for mut r in replicas {
+                    // No owner: the job does not exist, and garbage collection must not interfere.
+                    r.service.metadata.owner_references = None;
+                    r.pod.metadata.owner_references = None;
+                    r.pod.labels_mut().insert(RUN_LABEL.into(), prefix.clone());
+                    if r.role == Role::Coordinator {
+                        objects.push((r.service, None));
+                        coordinator = Some(r.pod);
+                    } else {
+                        objects.push((r.service, Some(r.pod)));
+                    }
+                }
+                let grants = async {
+                    Api::<RbacRole>::namespaced(client.clone(), &ns).create(&post, &rbac.role).await?;
+                    Api::<RoleBinding>::namespaced(client.clone(), &ns).create(&post, &rbac.binding).await?;
+                    if let Some(pod) = &coordinator {
+                        pods.create(&post, pod).await?;
+                    }
+                    Ok::<_, anyhow::Error>(())
+                };
+                let replicas = async {
+                    for (service, pod) in &objects {
+                        services.create(&post, service).await?;
+                        if let Some(pod) = pod {
+                            pods.create(&post, pod).await?;
+                        }
+                    }
+                    Ok::<_, anyhow::Error>(())
+                };
+                futures::try_join!(grants, replicas)?;
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        took(running, start, Duration::from_secs(600), &format!("{prefix}: every baseline pod running")).await
+    }
+}

@@ -1,0 +1,223 @@
+//! What every figure measures with: the local control plane, an orchestrator of its own with
+//! simulated nodes and a client with its identity (for the baseline), its metrics, and jobs
+//! submitted and watched until they run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use di_api::{DIJob, Phase};
+use di_e2e::binaries::{self, Unavailable};
+use di_e2e::cluster::TestCluster;
+use di_e2e::controlplane::ControlPlane;
+use di_e2e::nodes::SimulatedNodes;
+use di_e2e::orchestrator::LocalOrchestrator;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::process::cpu_seconds;
+use super::requests::Scrape;
+
+/// Label on the benchmark's jobs and baseline pods, naming the scenario they belong to.
+pub const RUN_LABEL: &str = "di-bench/run";
+
+/// Users submitting jobs at once.
+const SUBMITTERS: usize = 64;
+
+/// The local control plane, or `None` (and why, on stderr) when this machine cannot run one.
+pub async fn control_plane() -> anyhow::Result<Option<ControlPlane>> {
+    let root = binaries::repo_root();
+    let binaries = match binaries::obtain(&root)? {
+        Ok(b) => b,
+        Err(Unavailable(why)) => {
+            eprintln!("SKIPPED: the control-plane benchmarks need a local control plane: {why}");
+            return Ok(None);
+        }
+    };
+    Ok(Some(ControlPlane::start(&binaries, &root.join(".cache/controlplane/runs")).await?))
+}
+
+/// One orchestrator under test, and what a figure needs to measure it.
+pub struct Bench {
+    pub client: Client,
+    /// The orchestrator's own identity, for the baseline: the same authorization checks.
+    pub base_client: Client,
+    pub jobs_ns: String,
+    pub base_ns: String,
+    probe: String,
+    pub pid: u32,
+    /// The API server's and etcd's processes.
+    server_pids: Vec<u32>,
+}
+
+impl Bench {
+    /// An orchestrator of its own for a new namespace, with simulated nodes, once it is ready.
+    pub async fn start(
+        plane: &ControlPlane,
+        cluster: &TestCluster,
+        hint: &str,
+        instance: &str,
+        base_ns: &str,
+    ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
+        let jobs_ns = cluster.namespace(hint).await;
+        let nodes = SimulatedNodes::start(cluster.client.clone(), &jobs_ns);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let orchestrator =
+            LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &[format!("--probe-addr=127.0.0.1:{port}")])
+                .await;
+        let kubeconfig = kube::config::Kubeconfig::read_from(orchestrator.kubeconfig())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        let bench = Bench {
+            client: cluster.client.clone(),
+            base_client: Client::try_from(config)?,
+            jobs_ns,
+            base_ns: base_ns.to_owned(),
+            probe: format!("http://127.0.0.1:{port}"),
+            pid: orchestrator.pid().context("orchestrator pid")?,
+            server_pids: ["kube-apiserver", "etcd"].iter().filter_map(|name| plane.pid(name)).collect(),
+        };
+        bench.wait_ready().await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok((orchestrator, bench, nodes))
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        for _ in 0..100 {
+            if reqwest::get(format!("{}/readyz", self.probe)).await.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("the orchestrator did not become ready")
+    }
+
+    /// The orchestrator's metrics now.
+    pub async fn metrics(&self) -> anyhow::Result<Scrape> {
+        let text = reqwest::get(format!("{}/metrics", self.probe)).await?.text().await?;
+        Ok(Scrape::parse(&text))
+    }
+
+    /// CPU seconds the API server and etcd have used so far.
+    pub fn server_cpu(&self) -> anyhow::Result<f64> {
+        self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()
+    }
+
+    /// The orchestrator's CPU use over `window`, in percent of one core.
+    pub async fn cpu_percent(&self, window: Duration) -> anyhow::Result<f64> {
+        let before = cpu_seconds(self.pid)?;
+        tokio::time::sleep(window).await;
+        Ok(100.0 * (cpu_seconds(self.pid)? - before) / window.as_secs_f64())
+    }
+
+    /// Submits `m` jobs of `n` collectors at once; the time until every one runs with every
+    /// collector ready and every pod and service present. Completion is seen on a watch, as the
+    /// baseline's is, so neither pays a polling interval.
+    pub async fn time_to_running(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
+        let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
+        let want = format!("{n}/{n}");
+        let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
+            let running = all.iter().filter(|j| {
+                let s = j.status.as_ref();
+                s.and_then(|s| s.phase) == Some(Phase::Running)
+                    && s.and_then(|s| s.collectors.as_deref()) == Some(&want)
+            });
+            running.count() == m
+        })
+        .await?;
+        let start = Instant::now();
+        let mut creates = vec![];
+        let permits = Arc::new(Semaphore::new(SUBMITTERS));
+        for i in 0..m {
+            let (jobs, permits) = (jobs.clone(), permits.clone());
+            let mut job = job(&format!("{prefix}-{i}"), n);
+            job.labels_mut().insert(RUN_LABEL.into(), prefix.into());
+            creates.push(tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await?;
+                jobs.create(&PostParams::default(), &job).await?;
+                Ok::<_, anyhow::Error>(())
+            }));
+        }
+        for c in creates {
+            c.await??;
+        }
+        let took = took(running, start, Duration::from_secs(600), &format!("{prefix}: every job running")).await?;
+        // Running with every collector ready implies their pods; the services are checked too.
+        while !self.objects_present(prefix, m * (n + 1)).await? {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(took)
+    }
+
+    async fn objects_present(&self, prefix: &str, count: usize) -> anyhow::Result<bool> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.jobs_ns);
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &self.jobs_ns);
+        let mine = |name: String| name.starts_with(&format!("{prefix}-"));
+        let p =
+            pods.list_metadata(&ListParams::default()).await?.items.into_iter().filter(|o| mine(o.name_any())).count();
+        let s = services
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|o| mine(o.name_any()))
+            .count();
+        Ok(p == count && s == count)
+    }
+}
+
+/// Starts watching `api`'s objects with `label`, and returns, once the watch is established, a
+/// task that resolves to the moment `done` first holds for what it has seen.
+pub async fn watch_until<K>(
+    api: Api<K>,
+    label: &str,
+    done: impl Fn(&[Arc<K>]) -> bool + Send + 'static,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Instant>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let mut events = watcher(api, watcher::Config::default().labels(label)).reflect(writer).boxed();
+    // The first event is the initial list's start: from then on, nothing created is missed.
+    events.next().await.context("watch ended")??;
+    Ok(tokio::spawn(async move {
+        while let Some(event) = events.next().await {
+            event?;
+            if done(&reader.state()) {
+                return Ok(Instant::now());
+            }
+        }
+        bail!("watch ended")
+    }))
+}
+
+/// Time from `start` until a [`watch_until`] task saw its condition, waiting at most `limit`.
+pub async fn took(
+    seen: tokio::task::JoinHandle<anyhow::Result<Instant>>,
+    start: Instant,
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let at = tokio::time::timeout(limit, seen).await.with_context(|| format!("{what}: not within {limit:?}"))???;
+    Ok(at.max(start) - start)
+}
+
+/// A job of one coordinator and `collectors` collectors.
+pub fn job(name: &str, collectors: usize) -> DIJob {
+    let pod = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+    serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name},
+        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": collectors, "template": {"spec": pod}}},
+    }))
+    .expect("a valid job")
+}
+
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}

@@ -1,0 +1,124 @@
+//! The orchestrator on the local control plane, one module per figure: time to running against a
+//! plain client creating the same objects (`running`, with the client in `baseline`), API
+//! requests per job against the minimum and where the orchestrator waited (`requests`), the
+//! scaling curve (`curve`), the replica endpoint (`replicas`), and memory and CPU idle, at scale
+//! and among unrelated pods (`scale`). `harness` starts what they all measure.
+
+mod baseline;
+mod curve;
+mod harness;
+mod process;
+mod replicas;
+mod requests;
+mod running;
+mod scale;
+
+use di_e2e::cluster::TestCluster;
+use di_e2e::controlplane::ControlPlane;
+use di_e2e::nodes::SimulatedNodes;
+
+use harness::Bench;
+use process::{cpu_seconds, rss_mib};
+
+pub struct Row {
+    pub figure: String,
+    pub value: String,
+    pub baseline: String,
+    pub ratio: Option<f64>,
+    pub goal: String,
+    pub met: Option<bool>,
+}
+
+impl Row {
+    /// A figure with nothing to compare it with.
+    fn plain(figure: String, value: String) -> Row {
+        Row { figure, value, baseline: "-".into(), ratio: None, goal: "-".into(), met: None }
+    }
+}
+
+pub struct ClusterReport {
+    pub rows: Vec<Row>,
+    /// Fitted over the curve, when it was measured.
+    pub slope_ms_per_replica: Option<f64>,
+    pub curve: Vec<(usize, f64, f64)>,
+    /// Per scenario, where the orchestrator waited on the API server.
+    pub waits: Vec<(String, Vec<RequestTime>)>,
+    /// Per profiled scenario, where the orchestrator's CPU went (a markdown table), or why
+    /// there is no profile.
+    pub profiles: Vec<(String, Result<String, String>)>,
+}
+
+/// Requests of one verb and resource the orchestrator sent in a scenario, and the time until
+/// they were answered.
+pub struct RequestTime {
+    pub request: String,
+    pub count: f64,
+    pub seconds: f64,
+}
+
+/// The parts of the cluster benchmark, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Time to running and API requests per job, against the plain client and the minimum.
+    Running,
+    /// Time to running and RSS as one job grows.
+    Curve,
+    /// A coordinator's scale-up through its replica endpoint, against the reconciler alone.
+    Replicas,
+    /// RSS with 1,000 jobs and their pods, then among unrelated pods.
+    Scale,
+}
+
+pub async fn run(only: &[Scenario]) -> anyhow::Result<Option<ClusterReport>> {
+    let Some(plane) = harness::control_plane().await? else { return Ok(None) };
+    let result = measure(&plane, only).await;
+    plane.stop().await;
+    result.map(Some)
+}
+
+async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<ClusterReport> {
+    let wanted = |s: Scenario| only.is_empty() || only.contains(&s);
+    let client = plane.client().await?;
+    let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
+    cluster.install_crds().await;
+    let base_ns = cluster.namespace("bench-baseline").await;
+    let _base_nodes = SimulatedNodes::start(client.clone(), &base_ns);
+    let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns).await?;
+    let idle_rss = rss_mib(bench.pid)?;
+    let idle_cpu = cpu_seconds(bench.pid)?;
+    let mut report = ClusterReport {
+        rows: vec![Row {
+            figure: "orchestrator RSS, no jobs".into(),
+            value: format!("{idle_rss:.1} MiB"),
+            baseline: "-".into(),
+            ratio: None,
+            goal: "< 15 MiB".into(),
+            met: Some(idle_rss < 15.0),
+        }],
+        slope_ms_per_replica: None,
+        curve: vec![],
+        waits: vec![],
+        profiles: vec![],
+    };
+    if wanted(Scenario::Running) {
+        running::measure(&bench, &mut report).await?;
+    }
+    if wanted(Scenario::Curve) {
+        curve::measure(&bench, &mut report).await?;
+    }
+    if wanted(Scenario::Replicas) {
+        replicas::measure(&bench, &cluster, &mut report.rows).await?;
+    }
+    if wanted(Scenario::Scale) {
+        // A fresh orchestrator of its own, so its memory is that of these jobs alone.
+        let (_scaled, scale, _scale_nodes) = Bench::start(plane, &cluster, "bench-scale", "-scale", &base_ns).await?;
+        scale::measure(&scale, rss_mib(scale.pid)?, &mut report.rows).await?;
+    }
+    let cpu = cpu_seconds(bench.pid)? - idle_cpu;
+    report.rows.push(Row::plain(
+        "orchestrator CPU over every scenario but scale (which has its own)".into(),
+        format!("{cpu:.1} s"),
+    ));
+    std::fs::write(crate::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
+    Ok(report)
+}

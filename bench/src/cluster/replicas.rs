@@ -1,0 +1,92 @@
+//! The replica endpoint: `POST /replicas` for 1 and 10 more collectors, from the request to the
+//! answer with their URLs, against the reconciler's own time to create the same pods when the
+//! job's spec is changed directly. Medians of a few runs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use di_api::DIJob;
+use di_api::contract::labels;
+use di_e2e::cluster::TestCluster;
+use di_e2e::orchestrator::Sidecar;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::Row;
+use super::harness::{Bench, median, took, watch_until};
+
+pub async fn measure(bench: &Bench, cluster: &TestCluster, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    const RUNS: usize = 3;
+    let (job, ns) = ("scaler", bench.jobs_ns.clone());
+    bench.time_to_running(job, 1, 1).await?;
+    let job = format!("{job}-0");
+    let sidecar = Sidecar::start(cluster, &ns, &job).await;
+    let url = format!("{}/v1alpha1/replicas", sidecar.url);
+    let http = reqwest::Client::new();
+    for _ in 0..100 {
+        if http.get(format!("{}/healthz", sidecar.url)).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jobs: Api<DIJob> = Api::namespaced(bench.client.clone(), &ns);
+    let mut collectors = 1;
+    for add in [1, 10] {
+        let (mut endpoint, mut reconciler) = (vec![], vec![]);
+        for _ in 0..RUNS {
+            settle(&jobs, &job, collectors).await?;
+            let start = Instant::now();
+            let body =
+                json!({"namespace": ns, "coordinator": format!("{job}-coordinator"), "collectors": {"replicas": add}});
+            let reply: serde_json::Value = http.post(&url).json(&body).send().await?.json().await?;
+            endpoint.push(start.elapsed());
+            let urls = reply["data"]["collectors"].as_array().map_or(0, Vec::len);
+            if reply["success"] != true || urls != add {
+                bail!("the replica endpoint answered {reply}\n{}", sidecar.log());
+            }
+            collectors += add;
+
+            settle(&jobs, &job, collectors).await?;
+            let pods: Api<Pod> = Api::namespaced(bench.client.clone(), &ns);
+            let want = collectors + add + 1;
+            let created = watch_until(pods, &format!("{}={job}", labels::JOB_NAME), move |all: &[Arc<Pod>]| {
+                all.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == want
+            })
+            .await?;
+            let start = Instant::now();
+            let scale = json!({"spec": {"collector": {"replicas": collectors + add}}});
+            jobs.patch(&job, &PatchParams::default(), &Patch::Merge(&scale)).await?;
+            reconciler.push(took(created, start, Duration::from_secs(60), "scaling by the spec").await?);
+            collectors += add;
+        }
+        let (e, r) = (median(&mut endpoint), median(&mut reconciler));
+        let ratio = e.as_secs_f64() / r.as_secs_f64();
+        rows.push(Row {
+            figure: format!("replica endpoint, +{add} collector(s): request to answer with URLs"),
+            value: format!("{:.0} ms", e.as_secs_f64() * 1000.0),
+            baseline: format!("{:.0} ms (spec changed directly, until the pods exist)", r.as_secs_f64() * 1000.0),
+            ratio: Some(ratio),
+            goal: "-".into(),
+            met: None,
+        });
+    }
+    Ok(())
+}
+
+/// Waits until the job runs its `collectors` and its status says so, then a little longer,
+/// so a measurement does not start in the wake of the one before.
+async fn settle(jobs: &Api<DIJob>, job: &str, collectors: usize) -> anyhow::Result<()> {
+    let want = format!("{collectors}/{collectors}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while jobs.get(job).await?.status.and_then(|s| s.collectors).as_deref() != Some(want.as_str()) {
+        if Instant::now() > deadline {
+            bail!("{job} did not settle at {want} collectors");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(())
+}

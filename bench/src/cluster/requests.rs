@@ -1,0 +1,123 @@
+//! API request accounting, from the orchestrator's metrics: requests and status writes per job
+//! against the least a job can cost, and where the orchestrator waited on the API server (every
+//! request is timed by verb and resource, see `di_controller::timing`).
+
+use std::collections::BTreeMap;
+
+use super::{RequestTime, Row};
+
+/// The orchestrator's metrics at one moment, or what grew between two: every sample by its series
+/// (name and labels).
+#[derive(Default)]
+pub struct Scrape(BTreeMap<String, f64>);
+
+impl Scrape {
+    pub fn add(&mut self, more: &Scrape) {
+        for (k, v) in &more.0 {
+            *self.0.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    pub fn parse(text: &str) -> Scrape {
+        let samples = text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        });
+        Scrape(samples.collect())
+    }
+
+    /// What grew since `before`.
+    pub fn since(&self, before: &Scrape) -> Scrape {
+        Scrape(self.0.iter().map(|(k, v)| (k.clone(), v - before.0.get(k).unwrap_or(&0.0))).collect())
+    }
+
+    /// Sum of the series whose name and labels start with `prefix`.
+    fn sum(&self, prefix: &str) -> f64 {
+        self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+    }
+
+    /// Requests by verb and resource, the longest total wait first.
+    pub fn request_time(&self) -> Vec<RequestTime> {
+        const SUM: &str = "di_orchestrator_api_request_duration_seconds_sum{";
+        const COUNT: &str = "di_orchestrator_api_request_duration_seconds_count{";
+        let mut times: Vec<RequestTime> = self
+            .0
+            .iter()
+            .filter_map(|(k, seconds)| {
+                let labels = k.strip_prefix(SUM)?.trim_end_matches('}');
+                let count = *self.0.get(&format!("{COUNT}{labels}}}"))?;
+                let value = |name: &str| labels.split(',').find_map(|kv| kv.strip_prefix(&format!("{name}=\"")));
+                let request =
+                    format!("{} {}", value("verb")?.trim_end_matches('"'), value("resource")?.trim_end_matches('"'));
+                Some(RequestTime { request, count, seconds: *seconds })
+            })
+            .filter(|t| t.count > 0.0)
+            .collect();
+        times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        times
+    }
+}
+
+/// What `jobs` jobs of `n` collectors cost in `spent`, per job: API requests against the least a
+/// job can cost, and status writes and passes against one write per phase.
+pub fn per_job(spent: &Scrape, scenario: &str, jobs: f64, n: usize) -> [Row; 2] {
+    // The least a job can cost: one create per pod, service and RBAC object, and one status
+    // write per phase (Created, Running).
+    let minimum = (2 * (n + 1) + 3 + 2) as f64;
+    let requests = spent.sum("di_orchestrator_api_requests_total{") / jobs;
+    let writes = spent.sum("di_orchestrator_status_writes_total") / jobs;
+    let passes = spent.sum("di_orchestrator_reconciles_total") / jobs;
+    [
+        Row {
+            figure: format!("API requests per job, {scenario}"),
+            value: format!("{requests:.1}"),
+            baseline: format!("{minimum:.0} (minimum)"),
+            ratio: Some(requests / minimum),
+            goal: "ratio <= 1.5".into(),
+            met: Some(requests / minimum <= 1.5),
+        },
+        Row {
+            figure: format!("status writes and passes per job, {scenario}"),
+            value: format!("{writes:.1} writes, {passes:.1} passes"),
+            baseline: "2 writes (one per phase)".into(),
+            ratio: Some(writes / 2.0),
+            goal: "-".into(),
+            met: None,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEFORE: &str = r#"# TYPE di_orchestrator_api_requests counter
+di_orchestrator_api_requests_total{verb="POST"} 10
+di_orchestrator_api_request_duration_seconds_sum{verb="POST",resource="pods"} 1.0
+di_orchestrator_api_request_duration_seconds_count{verb="POST",resource="pods"} 10
+di_orchestrator_status_writes_total 1
+"#;
+
+    const AFTER: &str = r#"# TYPE di_orchestrator_api_requests counter
+di_orchestrator_api_requests_total{verb="POST"} 34
+di_orchestrator_api_requests_total{verb="PATCH"} 4
+di_orchestrator_api_request_duration_seconds_sum{verb="POST",resource="pods"} 2.5
+di_orchestrator_api_request_duration_seconds_count{verb="POST",resource="pods"} 30
+di_orchestrator_api_request_duration_seconds_sum{verb="PATCH",resource="dijobs/status"} 4.0
+di_orchestrator_api_request_duration_seconds_count{verb="PATCH",resource="dijobs/status"} 4
+di_orchestrator_status_writes_total 5
+di_orchestrator_reconciles_total 6
+"#;
+
+    #[test]
+    fn reads_what_grew_by_verb_and_resource() {
+        let spent = Scrape::parse(AFTER).since(&Scrape::parse(BEFORE));
+        let times = spent.request_time();
+        let rows: Vec<_> = times.iter().map(|t| (t.request.as_str(), t.count, t.seconds)).collect();
+        assert_eq!(rows, [("PATCH dijobs/status", 4.0, 4.0), ("POST pods", 20.0, 1.5)]);
+        let [requests, writes] = per_job(&spent, "s", 2.0, 1);
+        assert_eq!(requests.value, "14.0");
+        assert_eq!(requests.baseline, "9 (minimum)");
+        assert_eq!(writes.value, "2.0 writes, 3.0 passes");
+    }
+}

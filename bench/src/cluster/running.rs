@@ -1,0 +1,64 @@
+//! Time to running: M jobs of N collectors against the plain client creating the same objects,
+//! with the API server's and etcd's CPU on each side, the requests each job cost (see
+//! `requests`) and, for the larger multi-job scenarios, a CPU profile of the orchestrator.
+
+use super::harness::{Bench, median};
+use super::requests::{self, Scrape};
+use super::{ClusterReport, Row};
+use crate::profile::Profile;
+
+pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Result<()> {
+    let (rows, waits, profiles) = (&mut report.rows, &mut report.waits, &mut report.profiles);
+    // The API server's first requests of a kind pay for warming its caches; neither side
+    // should be charged for that.
+    bench.time_to_running("warm", 1, 10).await?;
+    bench.baseline("bwarm", 1, 10).await?;
+    // Small scenarios are over in a tenth of a second, so they are run several times,
+    // alternating with the baseline, and the medians compared.
+    for (m, n, runs) in [(1, 10, 7), (10, 10, 3), (100, 10, 1), (1, 500, 1)] {
+        let (mut ours, mut base) = (vec![], vec![]);
+        let (mut server_ours, mut server_base) = (0.0, 0.0);
+        let mut spent = Scrape::default();
+        let profiled = m > 1 && runs == 1;
+        let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
+        for run in 0..runs {
+            let (server, scrape) = (bench.server_cpu()?, bench.metrics().await?);
+            ours.push(bench.time_to_running(&format!("r{m}x{n}-{run}"), m, n).await?);
+            if let Some(started) = profile.take() {
+                let summary = match started {
+                    Ok(p) => p.finish(15).await,
+                    Err(why) => Err(why),
+                };
+                profiles.push((format!("{m} job(s) x {n} collectors"), summary));
+            }
+            server_ours += bench.server_cpu()? - server;
+            spent.add(&bench.metrics().await?.since(&scrape));
+            let server = bench.server_cpu()?;
+            base.push(bench.baseline(&format!("b{m}x{n}-{run}"), m, n).await?);
+            server_base += bench.server_cpu()? - server;
+        }
+        let (ours, base) = (median(&mut ours), median(&mut base));
+        let ratio = ours.as_secs_f64() / base.as_secs_f64();
+        let scenario = format!("{m} job(s) x {n} collectors");
+        let runs_note = if runs > 1 { format!(", median of {runs}") } else { String::new() };
+        rows.push(Row {
+            figure: format!("time to running, {scenario}{runs_note}"),
+            value: format!("{:.3} s", ours.as_secs_f64()),
+            baseline: format!("{:.3} s (plain client, same objects)", base.as_secs_f64()),
+            ratio: Some(ratio),
+            goal: "ratio <= 1.15".into(),
+            met: Some(ratio <= 1.15),
+        });
+        rows.extend(requests::per_job(&spent, &scenario, (m * runs) as f64, n));
+        rows.push(Row {
+            figure: format!("API server and etcd CPU, {scenario}, all runs"),
+            value: format!("{server_ours:.2} s"),
+            baseline: format!("{server_base:.2} s (plain client)"),
+            ratio: Some(server_ours / server_base),
+            goal: "-".into(),
+            met: None,
+        });
+        waits.push((scenario, spent.request_time()));
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The request timing layer: every request a client sends to the API server is counted when sent
+//! and timed until answered, by verb and resource, in [`Metrics`]. That is how `/metrics` shows
+//! the API cost of a job and where a pass waited (`make bench` reads both).
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use http::Request;
+use tower::{Layer, Service};
+
+use crate::metrics::Metrics;
+
+/// A client for `config` whose every request goes through [`Timing`].
+pub fn timed_client(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&Timing::new(metrics)).build())
+}
+
+/// Wraps a client's HTTP service in [`Timed`].
+#[derive(Clone)]
+pub struct Timing {
+    metrics: Arc<Metrics>,
+}
+
+impl Timing {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Timing { metrics }
+    }
+}
+
+impl<S> Layer<S> for Timing {
+    type Service = Timed<S>;
+
+    fn layer(&self, inner: S) -> Timed<S> {
+        Timed { inner, metrics: self.metrics.clone() }
+    }
+}
+
+/// Counts each request when sent and times it until answered, failed or not.
+#[derive(Clone)]
+pub struct Timed<S> {
+    inner: S,
+    metrics: Arc<Metrics>,
+}
+
+impl<S, B> Service<Request<B>> for Timed<S>
+where
+    S: Service<Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let method = request.method().as_str().to_owned();
+        let (path, query) = (request.uri().path().to_owned(), request.uri().query().map(str::to_owned));
+        self.metrics.api_request(&method);
+        let (metrics, start) = (self.metrics.clone(), Instant::now());
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let result = answer.await;
+            metrics.api_request_answered(&method, &path, query.as_deref(), start.elapsed().as_secs_f64());
+            result
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::Response;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::Api;
+    use kube::api::{Patch, PatchParams};
+    use kube::client::Body;
+
+    use super::*;
+
+    /// The value of the series `series` (name and labels) in `text`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn a_request_is_counted_and_timed_by_verb_and_resource() {
+        const ANSWER_AFTER: Duration = Duration::from_millis(20);
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        tokio::spawn(async move {
+            while let Some((_, send)) = handle.next_request().await {
+                tokio::time::sleep(ANSWER_AFTER).await;
+                let pod = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"a"}}"#;
+                send.send_response(Response::builder().status(200).body(Body::from(pod.to_vec())).unwrap());
+            }
+        });
+        let metrics = Arc::new(Metrics::new());
+        let pods: Api<Pod> = Api::namespaced(kube::Client::new(Timing::new(metrics.clone()).layer(service), "a"), "a");
+        pods.get("p").await.unwrap();
+        pods.get("p").await.unwrap();
+        let status = serde_json::json!({"status": {"phase": "Running"}});
+        pods.patch_status("p", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+
+        let text = metrics.encode();
+        let get = r#"{verb="GET",resource="pods"}"#;
+        let patch = r#"{verb="PATCH",resource="pods/status"}"#;
+        assert_eq!(sample(&text, r#"di_orchestrator_api_requests_total{verb="GET"}"#), Some(2.0), "{text}");
+        assert_eq!(sample(&text, r#"di_orchestrator_api_requests_total{verb="PATCH"}"#), Some(1.0), "{text}");
+        let count = |labels| sample(&text, &format!("di_orchestrator_api_request_duration_seconds_count{labels}"));
+        let sum = |labels| sample(&text, &format!("di_orchestrator_api_request_duration_seconds_sum{labels}"));
+        assert_eq!(count(get), Some(2.0), "{text}");
+        assert_eq!(count(patch), Some(1.0), "{text}");
+        // Timed until answered: at least the time the API server took.
+        assert!(sum(get).unwrap() >= 2.0 * ANSWER_AFTER.as_secs_f64(), "{text}");
+        assert!(sum(patch).unwrap() >= ANSWER_AFTER.as_secs_f64(), "{text}");
+    }
+}
