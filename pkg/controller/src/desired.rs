@@ -25,7 +25,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 // The rule is di-api's, shared with the replica endpoint; re-exported for this crate's callers.
-pub use di_api::resources::needs_aggregator;
+use di_api::resources::needs_aggregator;
 pub use rbac::{Rbac, rbac};
 
 /// How this orchestrator builds pods; the same for every job.

@@ -144,7 +144,7 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
 fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
-    if !desired::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
+    if !di_api::resources::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
         return (None, None);
     }
     let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);

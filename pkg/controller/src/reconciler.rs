@@ -188,7 +188,7 @@ fn jobs_using(jobs: &[Arc<JobView>], config: &AggregatorConfig, settings: &Setti
     let wanted = (config.namespace().unwrap_or_default(), config.name_any());
     let uses = |view: &JobView| {
         let Ok(job) = view.to_job() else { return false };
-        desired::needs_aggregator(&job) && desired::aggregator_config_ref(&job, settings) == wanted
+        di_api::resources::needs_aggregator(&job) && desired::aggregator_config_ref(&job, settings) == wanted
     };
     jobs.iter().filter(|view| uses(view)).map(|view| ObjectRef::from_obj(view.as_ref())).collect()
 }

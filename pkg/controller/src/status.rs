@@ -18,7 +18,7 @@ pub const NAMES_TAKEN: &str = "NamesTaken";
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
 // How a pod's role is read is di-api's rule; re-exported for this crate's callers.
-pub use di_api::pod::role_of;
+use di_api::pod::role_of;
 
 pub fn pod_phase(pod: &Pod) -> &str {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")

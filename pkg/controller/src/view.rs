@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(view.owner(), None, "a reference that is not the controller's owns nothing");
         let pod = view.to_pod();
         let original: Pod = serde_json::from_value(full).unwrap();
-        assert_eq!(status::role_of(&pod), status::role_of(&original));
+        assert_eq!(di_api::pod::role_of(&pod), di_api::pod::role_of(&original));
         assert!(status::is_ready(&pod) && status::is_ready(&original));
         assert_eq!(pod.metadata.labels.as_ref().map(BTreeMap::len), Some(3));
         assert!(pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());

@@ -180,7 +180,7 @@ fn a_single_gpu_learner_is_one_pod_with_its_gpu() {
 fn a_multi_gpu_learner_is_an_aggregator_and_ddp_learners() {
     let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
     let job = job(0, 2, json!({"learner": {"gpus": 10}}));
-    assert!(desired::needs_aggregator(&job));
+    assert!(di_api::resources::needs_aggregator(&job));
     assert_eq!(desired::aggregator_config_ref(&job, &settings), ("di-system".into(), "aggregator-config".into()));
     // Without the AggregatorConfig no learner can be built.
     assert_eq!(desired::replicas(&job, None, &settings).unwrap().len(), 1);
@@ -278,13 +278,13 @@ fn the_templates_gpus_decide_the_learners_like_the_spec() {
         {"name": "di-container", "resources": {"limits": {"nvidia.com/gpu": n}}}]}}})
     };
     let two = job(0, 1, json!({"learner": gpus("2")}));
-    assert!(desired::needs_aggregator(&two));
+    assert!(di_api::resources::needs_aggregator(&two));
     let roles: Vec<Role> =
         desired::replicas(&two, Some(&agconfig()), &Settings::default()).unwrap().iter().map(|r| r.role).collect();
     assert_eq!(roles, [Role::Coordinator, Role::Aggregator, Role::DdpLearner]);
 
     let half = job(0, 1, json!({"learner": gpus("500m")}));
-    assert!(!desired::needs_aggregator(&half));
+    assert!(!di_api::resources::needs_aggregator(&half));
     assert_eq!(
         desired::replicas(&half, None, &Settings::default()),
         Err(desired::BuildError::FractionalGpus(Role::Learner, "500m".into()))
