@@ -3,6 +3,7 @@
 //! takes effect without a restart.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use di_webhook::certs::Bundle;
 use di_webhook::server::router;
@@ -83,15 +84,20 @@ async fn certificates_reload_from_files() {
     let first = Bundle::generate(&["127.0.0.1".into()]).unwrap();
     std::fs::write(&cert, &first.cert).unwrap();
     std::fs::write(&key, &first.key).unwrap();
-    let resolver = CertResolver::new(di_webhook::tls::load_files(&cert, &key).unwrap());
+    // Mounted a minute ago: the swap below then has a later mtime, however coarse the file clock.
+    let earlier = std::time::SystemTime::now() - Duration::from_secs(60);
+    for file in [&cert, &key] {
+        std::fs::File::options().write(true).open(file).unwrap().set_modified(earlier).unwrap();
+    }
+    // The server starts with a certificate the files do not hold, so being served the first one
+    // shows the watcher has read the files: what it picks up after the swap is a change.
+    let placeholder = Bundle::generate(&["127.0.0.1".into()]).unwrap();
+    let resolver = CertResolver::new(certified_key(placeholder.cert.as_bytes(), placeholder.key.as_bytes()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
     tokio::spawn(serve(listener, router(), resolver.clone(), std::future::pending()));
     tokio::spawn(di_webhook::tls::watch_files(cert.clone(), key.clone(), resolver));
-
-    assert!(client_trusting(&first.ca_cert).get(format!("{url}/healthz")).send().await.is_ok());
-    // Let the watcher see the first files before they change.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    served(&first, &url, "the certificate in the files").await;
 
     let second = Bundle::generate(&["127.0.0.1".into()]).unwrap();
     // Mounted Secrets change by an atomic swap; write beside and rename.
@@ -99,14 +105,18 @@ async fn certificates_reload_from_files() {
     std::fs::write(dir.join("tls.crt.new"), &second.cert).unwrap();
     std::fs::rename(dir.join("tls.key.new"), &key).unwrap();
     std::fs::rename(dir.join("tls.crt.new"), &cert).unwrap();
-    let client = client_trusting(&second.ca_cert);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if client.get(format!("{url}/healthz")).send().await.is_ok() {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the new certificate was not picked up");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    served(&second, &url, "the swapped certificate").await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Waits until `url` serves `bundle`'s certificate. The watcher looks at the files every few
+/// seconds and tells no one, so this asks until it answers.
+async fn served(bundle: &Bundle, url: &str, what: &str) {
+    let client = client_trusting(&bundle.ca_cert);
+    let answered = async {
+        while client.get(format!("{url}/healthz")).send().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), answered).await.unwrap_or_else(|_| panic!("{what} was not served"));
 }

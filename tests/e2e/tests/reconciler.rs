@@ -2,7 +2,8 @@
 //! from the coordinator, replacement of failed replicas, cleanup policies, suspension, garbage
 //! collection, and a crash mid-job that leaves no duplicate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use di_api::contract::annotations;
@@ -10,10 +11,12 @@ use di_api::{DIJob, Phase};
 use di_e2e::cluster::within;
 use di_e2e::orchestrator::LocalOrchestrator;
 use di_e2e::scenario::{Scenario, WAIT, names};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -133,19 +136,14 @@ async fn a_failed_collector_is_replaced_and_the_phase_stays() {
     let old_uid = pods.iter().find(|p| p.name_any() == "flaky-collector-0").unwrap().uid().unwrap();
     s.nodes.exit(&s.ns, "flaky-collector-0", 1).await;
 
-    let pods = s.pods.clone();
-    let replaced = within(WAIT, "collector-0 replaced", async move {
-        loop {
-            if let Ok(pod) = pods.get("flaky-collector-0").await
-                && pod.uid().as_deref() != Some(old_uid.as_str())
-                && pod.metadata.deletion_timestamp.is_none()
-            {
-                return pod;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    let replacement = move |pod: Option<&Pod>| {
+        pod.is_some_and(|p| p.uid().as_deref() != Some(old_uid.as_str()) && p.metadata.deletion_timestamp.is_none())
+    };
+    let replaced =
+        within(WAIT, "collector-0 replaced", await_condition(s.pods.clone(), "flaky-collector-0", replacement))
+            .await
+            .unwrap()
+            .unwrap();
     assert_eq!(replaced.annotations().get(annotations::RESTARTS).map(String::as_str), Some("1"));
     let service = s.services.get("flaky-collector-0").await.unwrap();
     assert_eq!(service.annotations().get(annotations::RESTARTS).map(String::as_str), Some("1"));
@@ -191,12 +189,19 @@ async fn suspend_deletes_the_pods_and_resume_brings_them_back() {
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
     let mut s = Scenario::new("crash").await;
+    let created = pod_uids(&s.pods).await;
     s.submit("sturdy", 5, 2, json!({})).await;
     // Kill it while it is still creating pods.
-    let pods = s.pods.clone();
-    within(WAIT, "the first pods", async move {
-        while pods.list(&ListParams::default()).await.unwrap().items.len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut pods =
+        std::pin::pin!(watcher(s.pods.clone(), watcher::Config::default()).default_backoff().applied_objects());
+    within(WAIT, "the first pods", async {
+        let mut names = BTreeSet::new();
+        while names.len() < 2 {
+            match pods.next().await {
+                Some(Ok(pod)) => names.insert(pod.name_any()),
+                Some(Err(_)) => continue,
+                None => panic!("the pod watch ended"),
+            };
         }
     })
     .await;
@@ -217,16 +222,24 @@ async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
     );
     let before = s.wait_pods("sturdy", &expected).await;
     s.wait_phase("sturdy", Phase::Running).await;
+    created_once(&created, &before, &expected, "after a restart mid-creation");
     // Every phase the job shows from now on: a restart must not set it back to Created.
     let phases = phase_history(&s.jobs, "sturdy");
+
     // Once more, after everything exists: nothing is created or replaced.
     s.orchestrator.kill().await;
     s.orchestrator.restart();
-    s.jobs
-        .patch("sturdy", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"poke": "1"}}})))
+    // A spec change that asks for nothing (a TTL counts once the job has finished) moves the
+    // generation: once the status observes it, the new process has made a whole pass.
+    let ttl = json!({"spec": {"ttlSecondsAfterFinished": 3600}});
+    let generation =
+        s.jobs.patch("sturdy", &PatchParams::default(), &Patch::Merge(&ttl)).await.unwrap().metadata.generation;
+    let observed = move |job: Option<&DIJob>| {
+        job.and_then(|j| j.status.as_ref()).is_some_and(|s| s.observed_generation == generation)
+    };
+    within(WAIT, "a pass of the restarted orchestrator", await_condition(s.jobs.clone(), "sturdy", observed))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let after = s.wait_pods("sturdy", &expected).await;
     let uids = |pods: &[Pod]| {
         let mut u: Vec<_> = pods.iter().map(|p| (p.name_any(), p.uid().unwrap())).collect();
@@ -234,18 +247,61 @@ async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
         u
     };
     assert_eq!(uids(&before), uids(&after), "a restarted orchestrator recreates nothing");
+    created_once(&created, &after, &expected, "after a restart of a running job");
     let seen = phases.lock().unwrap().clone();
     assert!(seen.iter().all(|p| *p == Some(Phase::Running)), "the phase went back after a restart: {seen:?}");
 }
 
-/// Records every phase job `name` shows, from a watch, until the test ends.
-fn phase_history(jobs: &Api<DIJob>, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<Option<Phase>>>> {
-    use futures::StreamExt;
-    let seen = std::sync::Arc::<std::sync::Mutex<Vec<Option<Phase>>>>::default();
-    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let events = kube::runtime::watcher(jobs.clone(), config);
+type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// Every UID each pod of the namespace has had, from a watch: a pod deleted and created again
+/// shows as a second UID under its name, which no list of names can show since the API server
+/// never holds two pods of one name. Returns once the watch has listed the namespace.
+async fn pod_uids(pods: &Api<Pod>) -> Uids {
+    let seen = Uids::default();
     let record = seen.clone();
-    tokio::spawn(kube::runtime::WatchStreamExt::applied_objects(events).for_each(move |job| {
+    let (listed, on_listed) = futures::channel::oneshot::channel();
+    let mut listed = Some(listed);
+    let events = watcher(pods.clone(), watcher::Config::default()).default_backoff();
+    tokio::spawn(events.for_each(move |event| {
+        match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                let uid = pod.uid().unwrap_or_default();
+                record.lock().unwrap().entry(pod.name_any()).or_default().insert(uid);
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = listed.take() {
+                    let _ = listed.send(());
+                }
+            }
+            _ => {}
+        }
+        std::future::ready(())
+    }));
+    within(WAIT, "the pod watch to list the namespace", on_listed).await.unwrap();
+    seen
+}
+
+/// Fails unless every pod ever seen is one of `expected`, created once: what the watch saw, and
+/// `listed` (a list the watch may not have caught up with yet).
+fn created_once(created: &Uids, listed: &[Pod], expected: &[String], when: &str) {
+    let mut seen = created.lock().unwrap().clone();
+    for pod in listed {
+        seen.entry(pod.name_any()).or_default().insert(pod.uid().unwrap());
+    }
+    let twice: BTreeMap<_, _> = seen.iter().filter(|(_, uids)| uids.len() > 1).collect();
+    assert!(twice.is_empty(), "{when}: pods created more than once: {twice:?}");
+    let names: BTreeSet<&String> = seen.keys().collect();
+    assert_eq!(names, expected.iter().collect(), "{when}: pods of other names");
+}
+
+/// Records every phase job `name` shows, from a watch, until the test ends.
+fn phase_history(jobs: &Api<DIJob>, name: &str) -> Arc<Mutex<Vec<Option<Phase>>>> {
+    let seen = Arc::<Mutex<Vec<Option<Phase>>>>::default();
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let events = watcher(jobs.clone(), config);
+    let record = seen.clone();
+    tokio::spawn(events.applied_objects().for_each(move |job| {
         if let Ok(job) = job {
             record.lock().unwrap().push(job.status.and_then(|s| s.phase));
         }
@@ -263,6 +319,7 @@ async fn deleting_a_job_leaves_nothing_behind() {
     s.wait_phase("gone", Phase::Running).await;
     s.jobs.delete("gone", &DeleteParams::foreground()).await.unwrap();
     // The garbage collector learns a new CRD's kind when it rediscovers resources (about 30 s).
+    // Lists rather than watches: what is checked is that nothing of any name is left, in six kinds.
     let client = s.cluster.client.clone();
     let ns = s.ns.clone();
     within(Duration::from_secs(120), "garbage collection of the job's objects", async move {

@@ -8,9 +8,12 @@ use std::time::Duration;
 use di_api::DIJob;
 use di_e2e::cluster::{MANAGER, connect, within};
 use di_e2e::orchestrator::LocalOrchestrator;
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
 use serde_json::json;
 
 /// The webhook configurations of the install manifests, pointed at a loopback URL and limited to
@@ -61,31 +64,21 @@ async fn the_api_server_defaults_and_validates_through_the_webhook() {
     }
 
     // The orchestrator writes its CA into both configurations.
-    let (m, v) = (mutating_api.clone(), validating_api.clone());
-    within(Duration::from_secs(60), "the CA bundle in the webhook configurations", async move {
-        loop {
-            let bundles = |hooks: Option<Vec<k8s_openapi::ByteString>>| {
-                hooks.is_some_and(|b| !b.is_empty() && b.iter().all(|b| !b.0.is_empty()))
-            };
-            let mb = m
-                .get("di-orchestrator")
-                .await
-                .unwrap()
-                .webhooks
-                .map(|w| w.into_iter().filter_map(|h| h.client_config.ca_bundle).collect());
-            let vb = v
-                .get("di-orchestrator")
-                .await
-                .unwrap()
-                .webhooks
-                .map(|w| w.into_iter().filter_map(|h| h.client_config.ca_bundle).collect());
-            if bundles(mb) && bundles(vb) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    fn bundled<'a>(hooks: impl Iterator<Item = &'a WebhookClientConfig>) -> bool {
+        let bundles: Vec<_> = hooks.map(|c| c.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty())).collect();
+        !bundles.is_empty() && bundles.iter().all(|b| *b)
+    }
+    let mutating_bundled = |config: Option<&MutatingWebhookConfiguration>| {
+        config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
+    };
+    let validating_bundled = |config: Option<&ValidatingWebhookConfiguration>| {
+        config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
+    };
+    let both = async {
+        await_condition(mutating_api.clone(), "di-orchestrator", mutating_bundled).await.unwrap();
+        await_condition(validating_api.clone(), "di-orchestrator", validating_bundled).await.unwrap();
+    };
+    within(Duration::from_secs(60), "the CA bundle in the webhook configurations", both).await;
     // An invalid job: refused at once, every problem named with its field and fix.
     let out = cluster.kubectl(&["apply", "-n", &ns, "-f", "manifests/examples/invalid.yaml"]).expect("kubectl");
     let stderr = String::from_utf8_lossy(&out.stderr);
