@@ -201,3 +201,72 @@ pub struct InstallArgs {
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
 }
+
+#[cfg(test)]
+mod parsing {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    fn parse(line: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(line.split_whitespace())
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn kubectl_habits() {
+        let cli = parse("kubectl-di -n rl --context kind get -A -o wide").unwrap();
+        assert_eq!(cli.global.namespace.as_deref(), Some("rl"));
+        assert_eq!(cli.global.context.as_deref(), Some("kind"));
+        let Command::Get(get) = cli.command else { panic!() };
+        assert!(get.all_namespaces);
+        assert_eq!(get.output, Some(Output::Wide));
+        // Global flags go anywhere.
+        let cli = parse("kubectl-di get cartpole --namespace rl -o yaml").unwrap();
+        assert_eq!(cli.global.namespace.as_deref(), Some("rl"));
+        assert!(parse("kubectl-di get -o table").is_err());
+    }
+
+    #[test]
+    fn create_forms() {
+        let Command::Create(c) = parse("kubectl-di create -f job.yaml --dry-run=server --wait").unwrap().command else {
+            panic!()
+        };
+        assert_eq!((c.filename.as_deref(), c.dry_run, c.wait), (Some("job.yaml"), DryRun::Server, true));
+        let Command::Create(c) = parse("kubectl-di create -f - --dry-run").unwrap().command else { panic!() };
+        assert_eq!(c.dry_run, DryRun::Client);
+        let Command::Create(c) =
+            parse("kubectl-di create demo --image ding --collectors 2 --learners 1 --gpus 2").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((c.name.as_deref(), c.collectors, c.learners, c.gpus), (Some("demo"), 2, 1, Some(2)));
+        assert!(parse("kubectl-di create").is_err(), "a name or -f is required");
+        assert!(parse("kubectl-di create demo -f job.yaml").is_err(), "not both");
+        assert!(parse("kubectl-di create -f job.yaml --image ding").is_err(), "--image goes with a name");
+    }
+
+    #[test]
+    fn replicas_commands() {
+        let Command::Replicas { command: ReplicasCommand::Add(a) } =
+            parse("kubectl-di replicas add job --collectors 3 --gpus 2 --no-wait").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (a.name.as_str(), a.collectors, a.learners, a.gpus.as_deref(), a.no_wait),
+            ("job", 3, 0, Some("2"), true)
+        );
+        assert!(parse("kubectl-di replicas restart job").is_err(), "restart names pods");
+        let Command::Replicas { command: ReplicasCommand::Restart { pods, .. } } =
+            parse("kubectl-di replicas restart job job-collector-0 job-learner-1").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!(pods, vec!["job-collector-0", "job-learner-1"]);
+    }
+}

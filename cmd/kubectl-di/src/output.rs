@@ -1,7 +1,7 @@
 //! What the plugin prints, as pure functions: kubectl-style tables and descriptions.
 
+use di_api::DIJob;
 use di_api::contract::labels;
-use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -98,15 +98,6 @@ pub fn progress(job: &DIJob) -> String {
     )
 }
 
-/// Whether a job is Running with every desired replica ready.
-pub fn converged(job: &DIJob) -> bool {
-    let Some(status) = &job.status else { return false };
-    let ready = |s: &Option<String>, desired: i32| s.as_deref().is_none_or(|s| s == format!("{desired}/{desired}"));
-    status.phase == Some(Phase::Running)
-        && ready(&status.collectors, job.spec.collector_replicas())
-        && ready(&status.learners, job.spec.learner_replicas())
-}
-
 /// A pod's row in `describe` and `replicas list`: name, role, phase, URL.
 pub fn replica_rows(pods: &[Pod]) -> Vec<Vec<String>> {
     let mut pods: Vec<&Pod> = pods.iter().collect();
@@ -119,7 +110,7 @@ pub fn replica_rows(pods: &[Pod]) -> Vec<Vec<String>> {
             } else {
                 p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into())
             };
-            vec![p.name_any(), role, phase, di_replicas::scale::url_of(p)]
+            vec![p.name_any(), role, phase, di_api::pod::url_of(p)]
         })
         .collect()
 }
@@ -225,13 +216,10 @@ mod tests {
     }
 
     #[test]
-    fn progress_and_convergence() {
+    fn progress_lines() {
         let running = job("j", "ns", json!({"phase": "Running", "collectors": "4/4", "learners": "1/1"}));
         assert_eq!(progress(&running), "j: phase Running, collectors 4/4, learners 1/1");
-        assert!(converged(&running));
-        assert!(!converged(&job("j", "ns", json!({"phase": "Running", "collectors": "3/4", "learners": "1/1"}))));
-        assert!(!converged(&job("j", "ns", json!({"phase": "Created", "collectors": "4/4", "learners": "1/1"}))));
-        assert!(!converged(&job("j", "ns", json!({}))));
+        assert_eq!(progress(&job("j", "ns", json!({}))), "j: phase Pending, collectors 0/4, learners 0/1");
     }
 
     #[test]

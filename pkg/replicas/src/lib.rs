@@ -1,8 +1,7 @@
 //! The replica endpoint: DI-orchestrator 0.2's di-server API, served by a sidecar next to each
-//! coordinator and scoped to its job. Requests change the DIJob's desired state; the reconciler
-//! creates and deletes the pods.
+//! coordinator and scoped to its job. Requests change the DIJob's desired state through
+//! `di_client`'s rules and writes; the reconciler creates and deletes the pods.
 
+mod follow;
 pub mod scale;
 pub mod server;
-pub mod update;
-pub mod wire;

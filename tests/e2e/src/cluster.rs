@@ -12,10 +12,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::{Scope, pinned_kind};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::wait::conditions;
+use kube::{Api, Client};
 
 use crate::binaries::repo_root;
 use crate::controlplane::admin_client;
@@ -62,13 +60,9 @@ impl TestCluster {
             crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
                 .await
                 .unwrap_or_else(|e| panic!("applying {file}: {e}"));
-            within(
-                Duration::from_secs(30),
-                &format!("{name} established"),
-                await_condition(crds.clone(), &name, conditions::is_crd_established()),
-            )
-            .await
-            .expect("watching the CRD");
+            di_client::wait::until(&crds, &name, Duration::from_secs(30), conditions::is_crd_established())
+                .await
+                .unwrap_or_else(|e| panic!("waiting for {name} to be established: {:#}", anyhow::Error::from(e)));
         }
     }
 
@@ -77,20 +71,9 @@ impl TestCluster {
         let text = std::fs::read_to_string(repo_root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
         for doc in di_api::manifest::yaml_documents(&text).expect("manifest is YAML") {
             let object: DynamicObject = serde_json::from_value(doc).expect("manifest document is an object");
-            let types = object.types.clone().expect("manifest document has apiVersion and kind");
-            let gvk = GroupVersionKind::try_from(&types).expect("apiVersion is group/version");
-            let (resource, caps) = pinned_kind(&self.client, &gvk).await.unwrap_or_else(|e| panic!("{gvk:?}: {e}"));
-            let api: Api<DynamicObject> = match caps.scope {
-                Scope::Namespaced => {
-                    let ns = object.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-                    Api::namespaced_with(self.client.clone(), &ns, &resource)
-                }
-                Scope::Cluster => Api::all_with(self.client.clone(), &resource),
-            };
-            let name = object.name_any();
-            api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object))
+            di_client::apply::apply(&self.client, &object, MANAGER)
                 .await
-                .unwrap_or_else(|e| panic!("applying {} {name} from {path}: {e}", types.kind));
+                .unwrap_or_else(|e| panic!("{path}: {:#}", anyhow::Error::from(e)));
         }
     }
 

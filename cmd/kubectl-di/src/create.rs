@@ -1,0 +1,122 @@
+//! `kubectl di create`: DIJobs and AggregatorConfigs from a file (or stdin), or one job from
+//! flags, each checked as the webhook would before anything is sent; `--wait` follows the jobs
+//! until they run.
+
+use std::io::Read;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use di_api::{AggregatorConfig, DIJob};
+use kube::Api;
+use kube::api::{DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::json;
+
+use crate::cli::{CreateArgs, DryRun};
+use crate::ctx::{Ctx, MANAGER, explain};
+use crate::{follow, manifest};
+
+/// The objects to create, each checked as the webhook would: from -f, or one job from the flags.
+fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
+    if let Some(file) = &args.filename {
+        let bytes = if file == "-" {
+            let mut bytes = vec![];
+            std::io::stdin().read_to_end(&mut bytes).context("reading the standard input")?;
+            bytes
+        } else {
+            std::fs::read(file).with_context(|| format!("reading {file}"))?
+        };
+        return manifest::read(&bytes);
+    }
+    let name = args.name.clone().expect("clap requires NAME without -f");
+    let image = args.image.clone().ok_or_else(|| anyhow!("--image is required to create {name} without a file"))?;
+    let mut container = json!({"name": "di-container", "image": image});
+    if let Some(command) = &args.command {
+        container["command"] = json!(["sh", "-c", command]);
+    }
+    let template = json!({"spec": {"containers": [container]}});
+    let mut learner = json!({"replicas": args.learners, "template": template});
+    if let Some(gpus) = args.gpus {
+        learner["gpus"] = json!(gpus);
+    }
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name},
+        "spec": {"coordinator": {"template": template}, "collector": {"replicas": args.collectors, "template": template}, "learner": learner},
+    });
+    manifest::check(&[(1, job.clone())])?;
+    Ok(vec![job])
+}
+
+/// Creates the objects; without a cluster (`--dry-run=client`) only checks them.
+pub async fn create(ctx: Option<&Ctx>, args: &CreateArgs) -> anyhow::Result<()> {
+    // Every document is checked before anything is created.
+    let docs = documents(args)?;
+    let mut created = vec![];
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let plural = if kind == "DIJob" { "dijob" } else { "aggregatorconfig" };
+        let Some(ctx) = ctx else {
+            println!("{plural}.diengine.opendilab.org/{name} created (dry run)");
+            continue;
+        };
+        let namespace = doc["metadata"]["namespace"].as_str().map_or(ctx.namespace.clone(), str::to_owned);
+        let resource = if kind == "DIJob" {
+            ApiResource::erase::<DIJob>(&())
+        } else {
+            ApiResource::erase::<AggregatorConfig>(&())
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+        let object: DynamicObject = serde_json::from_value(doc.clone())?;
+        let params = PostParams { dry_run: args.dry_run == DryRun::Server, field_manager: Some(MANAGER.into()) };
+        api.create(&params, &object).await.map_err(|e| explain(e, &format!("creating {kind} {name}")))?;
+        let suffix = if args.dry_run == DryRun::Server { " (server dry run)" } else { "" };
+        println!("{plural}.diengine.opendilab.org/{name} created{suffix}");
+        if kind == "DIJob" {
+            created.push((namespace, name));
+        }
+    }
+    if args.wait
+        && args.dry_run == DryRun::None
+        && let Some(ctx) = ctx
+    {
+        for (namespace, name) in created {
+            let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
+            follow::until_running(&api, &name, Duration::from_secs(args.timeout)).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_side_checks_name_the_field() {
+        let path = format!("{}/../../manifests/examples/invalid.yaml", env!("CARGO_MANIFEST_DIR"));
+        let err = format!("{:#}", manifest::read(&std::fs::read(path).unwrap()).unwrap_err());
+        assert!(
+            err.starts_with("DIJob invalid-job is invalid: spec.cleanPodPolicy: Unsupported value \"Sometimes\""),
+            "{err}"
+        );
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let err = manifest::check(&[(1, pod)]).unwrap_err().to_string();
+        assert!(err.contains("kind: Unsupported value \"Pod\""), "{err}");
+    }
+
+    #[test]
+    fn the_quick_form_is_checked_like_a_file() {
+        let args = |line: &str| {
+            let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(line.split_whitespace()).unwrap();
+            let crate::cli::Command::Create(args) = cli.command else { panic!() };
+            args
+        };
+        let docs = documents(&args("kubectl-di create demo --image ding --collectors 2 --gpus 2")).unwrap();
+        assert_eq!(docs[0]["spec"]["collector"]["replicas"], 2);
+        assert_eq!(docs[0]["spec"]["learner"]["gpus"], 2);
+        let err = documents(&args("kubectl-di create demo")).unwrap_err().to_string();
+        assert_eq!(err, "--image is required to create demo without a file");
+    }
+}

@@ -1,0 +1,134 @@
+//! `kubectl di install` and `uninstall`: the install manifests, embedded in the plugin, applied
+//! through discovery like `kubectl apply --server-side`; `install` then waits until the
+//! orchestrator's webhook answers.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use di_api::DIJob;
+use di_client::apply::{self, api_for};
+use di_client::is_status;
+use di_client::wait::{Unanswered, probe};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cli::InstallArgs;
+use crate::ctx::{Ctx, MANAGER, explain};
+
+/// The install manifests, embedded: the same files as `manifests/install`.
+const INSTALL: [(&str, &str); 5] = [
+    ("namespace.yaml", include_str!("../../../manifests/install/namespace.yaml")),
+    ("crds.yaml", include_str!("../../../manifests/install/crds.yaml")),
+    ("rbac.yaml", include_str!("../../../manifests/install/rbac.yaml")),
+    ("deployment.yaml", include_str!("../../../manifests/install/deployment.yaml")),
+    ("webhook.yaml", include_str!("../../../manifests/install/webhook.yaml")),
+];
+
+/// How often `install` asks whether the webhook answers.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// Every object of the embedded install manifests, the image set to `image`.
+fn install_objects(image: &str) -> anyhow::Result<Vec<DynamicObject>> {
+    let mut objects = vec![];
+    for (file, text) in INSTALL {
+        for mut doc in di_api::manifest::yaml_documents(text).with_context(|| format!("embedded {file}"))? {
+            if doc["kind"] == "Deployment" {
+                let container = &mut doc["spec"]["template"]["spec"]["containers"][0];
+                container["image"] = json!(image);
+                for var in container["env"].as_array_mut().into_iter().flatten() {
+                    if var["name"] == "DI_REPLICAS_IMAGE" {
+                        var["value"] = json!(image);
+                    }
+                }
+            }
+            objects.push(serde_json::from_value(doc)?);
+        }
+    }
+    Ok(objects)
+}
+
+/// An object as kubectl names it in what it prints: `deployment/di-orchestrator`.
+fn label(object: &DynamicObject) -> String {
+    let kind = object.types.as_ref().map(|t| t.kind.to_lowercase()).unwrap_or_default();
+    format!("{kind}/{}", object.name_any())
+}
+
+pub async fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<()> {
+    // Nothing in the install manifests is a DIJob or an AggregatorConfig, so nothing waits for
+    // the CRDs to be established before the next object.
+    for object in install_objects(&args.image)? {
+        let label = label(&object);
+        apply::apply(&ctx.client, &object, MANAGER).await.map_err(|e| match e {
+            apply::Error::Refused { source, .. } => explain(source, &format!("applying {label}")),
+            other => other.into(),
+        })?;
+        println!("{label} serverside-applied");
+    }
+    if args.no_wait {
+        return Ok(());
+    }
+    // The webhook answers when a dry-run create of a DIJob goes through it.
+    let job: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "kubectl-di-install-probe", "namespace": "di-system"},
+        "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "probe"}]}}}},
+    }))?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), "di-system", &ApiResource::erase::<DIJob>(&()));
+    let params = PostParams { dry_run: true, ..Default::default() };
+    let timeout = Duration::from_secs(args.timeout);
+    if let Err(Unanswered { last }) = probe(timeout, PROBE_EVERY, || api.create(&params, &job)).await {
+        let last = last.map(|e| e.to_string()).unwrap_or_default();
+        bail!("the orchestrator's webhook did not answer within {}s: {last}", args.timeout);
+    }
+    println!("the orchestrator is installed and its webhook answers");
+    Ok(())
+}
+
+pub async fn uninstall(ctx: &Ctx, keep_crds: bool) -> anyhow::Result<()> {
+    let mut objects = install_objects("unused")?;
+    objects.reverse();
+    for object in objects {
+        let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+        if keep_crds && (kind == "CustomResourceDefinition" || kind == "Namespace") {
+            continue;
+        }
+        let label = label(&object);
+        let api = api_for(&ctx.client, &object).await?;
+        match api.delete(&object.name_any(), &DeleteParams::background()).await {
+            Ok(_) => println!("{label} deleted"),
+            Err(e) if is_status(&e, 404) => {}
+            Err(e) => return Err(explain(e, &format!("deleting {label}"))),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_manifests_are_the_install_manifests() {
+        for (file, text) in INSTALL {
+            let on_disk =
+                std::fs::read_to_string(format!("{}/../../manifests/install/{file}", env!("CARGO_MANIFEST_DIR")))
+                    .unwrap();
+            assert_eq!(text, on_disk, "{file}");
+        }
+        let objects = install_objects("example/di:1").unwrap();
+        let deployment = objects.iter().find(|o| o.types.as_ref().unwrap().kind == "Deployment").unwrap();
+        assert_eq!(label(deployment), "deployment/di-orchestrator");
+        let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "example/di:1");
+        assert!(
+            container["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == "DI_REPLICAS_IMAGE" && v["value"] == "example/di:1")
+        );
+    }
+}
