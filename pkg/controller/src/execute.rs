@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use di_api::DIJob;
 use di_api::contract::names;
+use di_client::is_status;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -218,8 +219,4 @@ where
         // Ours, or gone since: the next pass creates it again.
         _ => Ok(()),
     }
-}
-
-pub(crate) fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }

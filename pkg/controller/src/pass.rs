@@ -9,6 +9,7 @@ use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
+use di_client::is_status;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -21,7 +22,7 @@ use tracing::warn;
 
 use crate::desired;
 use crate::error::Error;
-use crate::execute::{execute, is_status};
+use crate::execute::execute;
 use crate::pace::{self, Write};
 use crate::plan::{self, Action, Plan, World};
 use crate::reconciler::{Context, MANAGER};
