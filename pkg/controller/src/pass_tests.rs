@@ -253,6 +253,13 @@ async fn an_invalid_job_is_marked_failed_once() {
     assert!(calls(&recorded, "POST", "pods").is_empty());
 }
 
+/// Every write to an object other than the job's status and its events, as `METHOD path`.
+fn writes_to_objects(recorded: &Recorded) -> Vec<String> {
+    let recorded = recorded.lock().unwrap();
+    let writes = recorded.iter().filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"));
+    writes.map(|(m, p, _)| format!("{m} {p}")).collect()
+}
+
 /// The job's status writes, in order.
 fn status_writes(recorded: &Recorded) -> Vec<Value> {
     let recorded = recorded.lock().unwrap();
@@ -290,13 +297,7 @@ async fn a_job_submitted_again_ignores_its_predecessors_objects() {
     let taken = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "NamesTaken").unwrap();
     assert_eq!(taken["status"], "True");
     assert!(taken["message"].as_str().unwrap().contains("job-coordinator"), "{taken}");
-    let touched: Vec<String> = recorded
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"))
-        .map(|(m, p, _)| format!("{m} {p}"))
-        .collect();
+    let touched = writes_to_objects(&recorded);
     assert_eq!(touched, Vec::<String>::new(), "nothing of the predecessor is deleted or created over");
 }
 
@@ -432,13 +433,7 @@ async fn an_invalid_edit_of_a_running_job_keeps_it_running_as_it_was() {
     let (client, recorded) = fake_api_server(&job);
     let requeue = reconcile(view_of(&job), context(client, pods.clone(), services.clone())).await.unwrap();
     assert_eq!(requeue, Requeue::await_change());
-    let touched: Vec<String> = recorded
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"))
-        .map(|(m, p, _)| format!("{m} {p}"))
-        .collect();
+    let touched = writes_to_objects(&recorded);
     assert_eq!(touched, Vec::<String>::new(), "its pods go on as they are");
     let writes = status_writes(&recorded);
     assert_eq!(writes.len(), 1);
