@@ -1,5 +1,7 @@
 //! Passes against a mocked API server (as kube-rs's controller-rs tests do): an echoing fake that
 //! records every request, with the caches filled by hand.
+//!
+//! Over 400 lines on purpose: one scenario per rule of a pass, all on the same fake and fixtures.
 
 use std::sync::Mutex;
 
