@@ -33,7 +33,7 @@ unit: check-manifests
 E2E_STACK = RUST_MIN_STACK=16777216
 
 ## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
-##            started on loopback (built from hack/controlplane on first use, cached in .cache/)
+##            started on loopback (built from hack/controlplane on first use, cached in ~/.cache/di-orchestrator)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
 	$(E2E_STACK) ./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored

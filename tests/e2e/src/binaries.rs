@@ -34,9 +34,17 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root exists")
 }
 
-/// The git-ignored folder where built binaries are kept, per version.
+/// Where built binaries are kept, per version: outside the clone (`$DI_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/di-orchestrator`, else `~/.cache/di-orchestrator`), so a fresh clone on the
+/// same machine, CI's among them, skips the 10-minute build. `root`'s git-ignored `.cache` is
+/// the last resort, with no home to write to.
 pub fn cache_dir(root: &Path) -> PathBuf {
-    root.join(".cache/controlplane").join(KUBERNETES_VERSION)
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let base = env("DI_CACHE_DIR")
+        .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("di-orchestrator")))
+        .or_else(|| env("HOME").map(|d| d.join(".cache/di-orchestrator")))
+        .unwrap_or_else(|| root.join(".cache"));
+    base.join("controlplane").join(KUBERNETES_VERSION)
 }
 
 /// Finds every binary, building the missing ones. `Ok(Err(_))` means the toolchain to build them
