@@ -21,6 +21,14 @@ bench:
 	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
 	DI_BIN_PROFILE=release ./target/release/di-bench
 
+## chaos: the orchestrator on the local control plane under faults (kill -9, API server and etcd
+##        restarts, a frozen leader, ...) and what each lost, which must be nothing; 4 to 10
+##        minutes (target/chaos/report.md; one fault: make chaos CHAOS_ARGS="--only kill9")
+.PHONY: chaos
+chaos:
+	$(CARGO) build --quiet -p di-orchestrator -p di-chaos --bins
+	$(E2E_STACK) ./target/debug/di-chaos $(CHAOS_ARGS)
+
 ## test: every tier this machine can run: unit and component tests, then the e2e suite on a local control plane
 test: unit e2e-local
 
