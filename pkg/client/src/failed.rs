@@ -12,9 +12,9 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::Refusal;
-use di_api::pod::role_of;
 use crate::update::{UpdateError, Written, update_job};
 use crate::wire::Replicas;
+use di_api::pod::role_of;
 
 /// A pod marked failed: its name, and the UID of the incarnation that was reported (none when it
 /// had none yet).

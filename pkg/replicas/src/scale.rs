@@ -102,7 +102,6 @@ impl Scope {
     }
 }
 
-
 /// The job's live collectors and logic learners (single learners and aggregators), by index.
 pub fn listing(scope: &Scope, pods: &[Pod]) -> Replicas {
     let mut live: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
