@@ -82,7 +82,7 @@ pub async fn run(
     let (pod_index, service_index) = (JobIndex::default(), JobIndex::default());
     let namespace = options.namespace.as_deref();
     let pod_stream = watcher(api::<PodView>(&client, namespace), selector.clone())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(PodView::slim)
         .reflect(pod_writer)
         .inspect({
@@ -92,7 +92,7 @@ pub async fn run(
         .touched_objects();
     let (services, service_writer) = reflector::store();
     let service_stream = watcher(api::<ServiceView>(&client, namespace), selector)
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(ServiceView::slim)
         .reflect(service_writer)
         .inspect({
@@ -104,7 +104,7 @@ pub async fn run(
     // one in another, and the default lives in the orchestrator's).
     let (configs, config_writer) = reflector::store();
     let config_stream = watcher(Api::<AggregatorConfig>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(|config| config.metadata.managed_fields = None)
         .reflect(config_writer)
         .touched_objects();
@@ -128,7 +128,7 @@ pub async fn run(
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
     let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
-        .default_backoff()
+        .backoff(watch_backoff())
         .modify(JobView::slim)
         .reflect(job_writer)
         .touched_objects();
@@ -164,6 +164,19 @@ pub async fn run(
         })
         .await;
     gauges.abort();
+}
+
+/// How a watch that failed waits before it tries again: from 200 ms up to 5 s, reset by any event.
+/// kube's default climbs to 30 s and lets that grow across a few failures in a row: after an API
+/// server restart (403s while its RBAC cache fills, then 410 for every resumed watch) the
+/// orchestrator was blind for minutes (`make chaos`, the API server row).
+fn watch_backoff() -> watcher::ExponentialBackoff {
+    let builder = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times();
+    builder.into()
 }
 
 /// Keeps the jobs-by-phase gauge current from the controller's own cache of DIJobs.
