@@ -2,8 +2,6 @@
 //! after a few tries, the API server's refusals told apart, waits that answer on the watched
 //! change or at their timeout, and objects applied where discovery puts them.
 
-mod fake;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +11,7 @@ use di_client::Refusal;
 use di_client::apply::apply;
 use di_client::update::{UpdateError, WRITE_ATTEMPTS, update_job};
 use di_client::wait::{Settled, WaitError, until_replaced, until_settled};
-use fake::{Answer, event, list, status};
+use di_testing::{Answer, Call, client, list, watch_event};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -35,10 +33,10 @@ fn job(version: &str, status: Value) -> Value {
 fn conflicting(conflicts: usize) -> (Api<DIJob>, Arc<AtomicUsize>) {
     let writes = Arc::new(AtomicUsize::new(0));
     let tried = writes.clone();
-    let (client, _) = fake::client(move |call| {
+    let (client, _) = client(move |call| {
         let version = tried.load(Ordering::SeqCst).to_string();
         match call.method.as_str() {
-            "GET" => Answer::Json(200, job(&version, json!({}))),
+            "GET" => Answer::json(200, job(&version, json!({}))),
             _ => {
                 assert_eq!(
                     call.body["metadata"]["resourceVersion"],
@@ -46,11 +44,11 @@ fn conflicting(conflicts: usize) -> (Api<DIJob>, Arc<AtomicUsize>) {
                     "a write carries the version read"
                 );
                 if tried.fetch_add(1, Ordering::SeqCst) < conflicts {
-                    return status(409, "the object has been modified");
+                    return Answer::status(409, "the object has been modified");
                 }
                 let mut written = job("written", json!({}));
                 written["spec"]["collector"]["replicas"] = call.body["spec"]["collector"]["replicas"].clone();
-                Answer::Json(200, written)
+                Answer::json(200, written)
             }
         }
     });
@@ -82,9 +80,9 @@ async fn a_conflicting_write_is_decided_again() {
 #[tokio::test]
 async fn refusals_are_told_apart() {
     let answer = |get: u16, patch: u16| {
-        let (client, log) = fake::client(move |call| match (call.method.as_str(), get, patch) {
-            ("GET", 200, _) => Answer::Json(200, job("1", json!({}))),
-            ("GET", code, _) | (_, _, code) => status(code, "spec.collector.replicas: Invalid value"),
+        let (client, log) = client(move |call| match (call.method.as_str(), get, patch) {
+            ("GET", 200, _) => Answer::json(200, job("1", json!({}))),
+            ("GET", code, _) | (_, _, code) => Answer::status(code, "spec.collector.replicas: Invalid value"),
         });
         (Api::<DIJob>::namespaced(client, "ns"), log)
     };
@@ -108,15 +106,19 @@ async fn refusals_are_told_apart() {
     let refuse = |_: &DIJob| Err::<(Value, ()), _>(Refusal::Conflict("no".into()));
     let error = update_job(&api, "j", refuse).await.err().unwrap();
     assert!(matches!(error, UpdateError::Refused(Refusal::Conflict(_))), "{error:?}");
-    assert!(log.lock().unwrap().iter().all(|c| c.method == "GET"));
+    assert!(log.calls().iter().all(|c| c.method == "GET"));
 }
 
 /// A job listed as `first` and then changed by `then`, on a watch that stays open.
 fn followed(first: Value, then: Vec<Value>) -> Api<DIJob> {
-    let (client, _) = fake::client(move |call| {
+    let (client, _) = client(move |call| {
         assert_eq!(call.path, JOB);
         assert!(call.query.contains("fieldSelector=metadata.name%3Dj"), "{}", call.query);
-        if call.is_watch() { Answer::Watch(then.clone()) } else { list("DIJob", "1", vec![first.clone()]) }
+        if call.is_watch() {
+            Answer::watch(then.clone())
+        } else {
+            Answer::json(200, list("DIJob", "1", vec![first.clone()]))
+        }
     });
     Api::namespaced(client, "ns")
 }
@@ -127,8 +129,8 @@ async fn a_job_is_followed_until_it_settles() {
     let api = followed(
         job("1", json!({"phase": "Created"})),
         vec![
-            event("MODIFIED", &job("2", json!({"phase": "Running", "collectors": "0/1"}))),
-            event("MODIFIED", &running),
+            watch_event("MODIFIED", &job("2", json!({"phase": "Running", "collectors": "0/1"}))),
+            watch_event("MODIFIED", &running),
         ],
     );
     let seen = Mutex::new(vec![]);
@@ -141,11 +143,11 @@ async fn a_job_is_followed_until_it_settles() {
     assert_eq!(seen.into_inner().unwrap(), [None, Some("0/1".to_owned()), Some("1/1".to_owned())]);
 
     let failed = json!({"phase": "Failed", "conditions": [{"type": "Failed", "status": "True", "message": "exit 1"}]});
-    let api = followed(job("1", json!({})), vec![event("MODIFIED", &job("2", failed))]);
+    let api = followed(job("1", json!({})), vec![watch_event("MODIFIED", &job("2", failed))]);
     let settled = until_settled(&api, "j", Duration::from_secs(60), |_| {}).await.unwrap();
     assert!(matches!(&settled, Settled::Failed { reason } if reason == "exit 1"), "{settled:?}");
 
-    let api = followed(job("1", json!({})), vec![event("DELETED", &job("2", json!({})))]);
+    let api = followed(job("1", json!({})), vec![watch_event("DELETED", &job("2", json!({})))]);
     let settled = until_settled(&api, "j", Duration::from_secs(60), |_| {}).await.unwrap();
     assert!(matches!(settled, Settled::Deleted), "{settled:?}");
 
@@ -161,15 +163,17 @@ fn pod(name: &str, uid: &str) -> Value {
 
 #[tokio::test(start_paused = true)]
 async fn marked_pods_are_followed_until_replaced() {
-    let (client, _) = fake::client(|call| {
+    let (client, _) = client(|call| {
         let name =
             call.query.split("metadata.name%3D").nth(1).unwrap_or_default().split('&').next().unwrap().to_owned();
         match (name.as_str(), call.is_watch()) {
             // One pod comes back with a new UID, one was not replaced yet.
-            ("p0", false) => list("Pod", "1", vec![pod("p0", "old")]),
-            ("p0", true) => Answer::Watch(vec![event("DELETED", &pod("p0", "old")), event("ADDED", &pod("p0", "new"))]),
-            (_, false) => list("Pod", "1", vec![pod(&name, "old")]),
-            (_, true) => Answer::Watch(vec![]),
+            ("p0", false) => Answer::json(200, list("Pod", "1", vec![pod("p0", "old")])),
+            ("p0", true) => {
+                Answer::watch(vec![watch_event("DELETED", &pod("p0", "old")), watch_event("ADDED", &pod("p0", "new"))])
+            }
+            (_, false) => Answer::json(200, list("Pod", "1", vec![pod(&name, "old")])),
+            (_, true) => Answer::watch(vec![]),
         }
     });
     let pods: Api<Pod> = Api::namespaced(client, "ns");
@@ -181,17 +185,17 @@ async fn marked_pods_are_followed_until_replaced() {
 
 #[tokio::test]
 async fn objects_are_applied_where_discovery_puts_them() {
-    let (client, log) = fake::client(|call| match (call.method.as_str(), call.path.as_str()) {
-        ("GET", "/api/v1") => Answer::Json(
+    let (client, log) = client(|call| match (call.method.as_str(), call.path.as_str()) {
+        ("GET", "/api/v1") => Answer::json(
             200,
             json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                 {"name": "namespaces", "singularName": "namespace", "namespaced": false, "kind": "Namespace", "verbs": ["get", "patch"]},
                 {"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": ["get", "patch"]},
             ]}),
         ),
-        ("GET", _) => status(404, "the server could not find the requested resource"),
-        ("PATCH", "/api/v1/namespaces/ns/configmaps/forbidden") => status(403, "configmaps is forbidden"),
-        _ => Answer::Json(200, call.body.clone()),
+        ("GET", _) => Answer::status(404, "the server could not find the requested resource"),
+        ("PATCH", "/api/v1/namespaces/ns/configmaps/forbidden") => Answer::status(403, "configmaps is forbidden"),
+        _ => Answer::json(200, call.body.clone()),
     });
     let object = |kind: &str, meta: Value| {
         serde_json::from_value::<DynamicObject>(json!({"apiVersion": "v1", "kind": kind, "metadata": meta}))
@@ -199,8 +203,8 @@ async fn objects_are_applied_where_discovery_puts_them() {
     apply(&client, &object("Namespace", json!({"name": "ns"})).unwrap(), "test").await.unwrap();
     apply(&client, &object("ConfigMap", json!({"name": "c"})).unwrap(), "test").await.unwrap();
     apply(&client, &object("ConfigMap", json!({"name": "c", "namespace": "ns"})).unwrap(), "test").await.unwrap();
-    let log = log.lock().unwrap().clone();
-    let patches: Vec<&fake::Call> = log.iter().filter(|c| c.method == "PATCH").collect();
+    let log = log.calls();
+    let patches: Vec<&Call> = log.iter().filter(|c| c.method == "PATCH").collect();
     let paths: Vec<&str> = patches.iter().map(|c| c.path.as_str()).collect();
     assert_eq!(
         paths,

@@ -1,13 +1,9 @@
-//! Passes against a mocked API server (as kube-rs's controller-rs tests do): an echoing fake that
-//! records every request, with the caches filled by hand.
+//! Passes against a mocked API server (as kube-rs's controller-rs tests do): the shared echoing
+//! fake of `di-testing`, which records every request, with the caches filled by hand.
 //!
 //! Over 400 lines on purpose: one scenario per rule of a pass, all on the same fake and fixtures.
 
-use std::sync::Mutex;
-
-use http::{Request, Response};
-use http_body_util::BodyExt;
-use kube::client::Body;
+use di_testing::{Answer, Log};
 use kube::runtime::watcher;
 use serde_json::Value;
 
@@ -22,44 +18,24 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 
-type Recorded = Arc<Mutex<Vec<(String, String, Value)>>>;
-
 /// An API server that answers every write with the object it was sent and records it.
-fn fake_api_server(job: &DIJob) -> (Client, Recorded) {
+fn fake_api_server(job: &DIJob) -> (Client, Log) {
     fake_api_server_with(job, |_, _| None)
 }
 
-/// An answer the test gives instead of the echo: `(status, body)`.
-type Answer = Option<(u16, Vec<u8>)>;
-
-/// The echoing fake, except where `answer` says otherwise for a method and path.
-fn fake_api_server_with(job: &DIJob, answer: impl Fn(&str, &str) -> Answer + Send + 'static) -> (Client, Recorded) {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let recorded: Recorded = Arc::default();
-    let log = recorded.clone();
-    let job_json = serde_json::to_vec(job).unwrap();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect().await.unwrap().to_bytes();
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            log.lock().unwrap().push((parts.method.to_string(), parts.uri.path().to_string(), value.clone()));
-            let given = answer(parts.method.as_str(), parts.uri.path());
-            let (code, answer) = given.unwrap_or_else(|| match parts.method.as_str() {
-                "POST" => (201, bytes.to_vec()),
-                "PATCH" if parts.uri.path().contains("/dijobs/") => (200, job_json.clone()),
-                "PATCH" => (200, bytes.to_vec()),
-                "DELETE" => (200, br#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#.to_vec()),
-                _ => (
-                    404,
-                    br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#
-                        .to_vec(),
-                ),
-            });
-            send.send_response(Response::builder().status(code).body(Body::from(answer)).unwrap());
-        }
-    });
-    (Client::new(service, "default"), recorded)
+/// The shared echoing fake (`di-testing`), except where `answer` says otherwise for a method and
+/// path, and except that a patch of the job answers with `job`: a status patch sends only part of
+/// a job, and its answer is read as a whole one.
+fn fake_api_server_with(
+    job: &DIJob,
+    answer: impl Fn(&str, &str) -> Option<Answer> + Send + Sync + 'static,
+) -> (Client, Log) {
+    let job = serde_json::to_value(job).unwrap();
+    di_testing::client(move |call| {
+        answer(&call.method, &call.path).or_else(|| {
+            (call.method == "PATCH" && call.path.contains("/dijobs/")).then(|| Answer::json(200, job.clone()))
+        })
+    })
 }
 
 fn view_of(job: &DIJob) -> Arc<JobView> {
@@ -140,15 +116,12 @@ fn world(job: &DIJob, phase_of: impl Fn(&str) -> &'static str) -> (Vec<Pod>, Vec
     (pods, replicas.into_iter().map(|r| r.service).collect())
 }
 
-fn calls(recorded: &Recorded, method: &str, kind: &str) -> Vec<String> {
+fn calls(recorded: &Log, method: &str, kind: &str) -> Vec<String> {
     recorded
-        .lock()
-        .unwrap()
+        .calls()
         .iter()
-        .filter(|(m, path, _)| m == method && path.split('/').any(|part| part == kind))
-        .map(|(_, path, body)| {
-            body["metadata"]["name"].as_str().map_or_else(|| path.rsplit('/').next().unwrap().to_owned(), str::to_owned)
-        })
+        .filter(|c| c.method == method && c.path.split('/').any(|part| part == kind))
+        .map(|c| c.body["metadata"]["name"].as_str().map_or_else(|| c.last_segment().to_owned(), str::to_owned))
         .collect()
 }
 
@@ -162,15 +135,15 @@ async fn first_reconcile_creates_the_coordinator_and_its_service() {
     assert_eq!(calls(&recorded, "POST", "serviceaccounts"), vec!["job-replicas"]);
     assert_eq!(calls(&recorded, "POST", "roles"), vec!["job-replicas"]);
     assert_eq!(calls(&recorded, "POST", "rolebindings"), vec!["job-replicas"]);
-    let order: Vec<String> = recorded.lock().unwrap().iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+    let order: Vec<String> = recorded.calls().iter().map(|c| format!("{} {}", c.method, c.path)).collect();
     let at = |what: &str| order.iter().position(|r| r.ends_with(what)).unwrap_or_else(|| panic!("{what} in {order:?}"));
     assert!(at("/serviceaccounts") < at("/rolebindings"), "{order:?}");
     assert!(at("/rolebindings") < at("/pods"), "the coordinator waits for its sidecar's RBAC: {order:?}");
     // Its status would describe the world before the pods: the pass their events bring
     // writes it, and a requeue within the status period stands in for lost events.
-    let status_writes = |recorded: &Recorded| -> Vec<Value> {
-        let recorded = recorded.lock().unwrap();
-        recorded.iter().filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect()
+    let status_writes = |recorded: &Log| -> Vec<Value> {
+        let calls = recorded.calls();
+        calls.iter().filter(|c| c.method == "PATCH" && c.path.ends_with("/status")).map(|c| c.body.clone()).collect()
     };
     assert_eq!(status_writes(&recorded), Vec::<Value>::new());
     assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
@@ -213,7 +186,7 @@ async fn a_reconcile_after_a_crash_creates_nothing_twice() {
     let (client, recorded) = fake_api_server(&job);
     reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
     let writes: Vec<_> =
-        recorded.lock().unwrap().iter().filter(|(m, _, _)| m != "GET").map(|(m, p, _)| format!("{m} {p}")).collect();
+        recorded.calls().iter().filter(|c| c.method != "GET").map(|c| format!("{} {}", c.method, c.path)).collect();
     assert_eq!(writes, Vec::<String>::new(), "a converged job costs no request");
 }
 
@@ -248,7 +221,7 @@ async fn an_invalid_job_is_marked_failed_once() {
     let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert_eq!(requeue, Requeue::await_change());
     let status: Vec<Value> =
-        recorded.lock().unwrap().iter().filter(|(_, p, _)| p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect();
+        recorded.calls().iter().filter(|c| c.path.ends_with("/status")).map(|c| c.body.clone()).collect();
     assert_eq!(status.len(), 1);
     assert_eq!(status[0]["status"]["phase"], "Failed");
     assert_eq!(status[0]["status"]["conditions"][1]["reason"], "InvalidSpec");
@@ -256,16 +229,17 @@ async fn an_invalid_job_is_marked_failed_once() {
 }
 
 /// Every write to an object other than the job's status and its events, as `METHOD path`.
-fn writes_to_objects(recorded: &Recorded) -> Vec<String> {
-    let recorded = recorded.lock().unwrap();
-    let writes = recorded.iter().filter(|(m, p, _)| m != "GET" && !p.ends_with("/status") && !p.contains("/events"));
-    writes.map(|(m, p, _)| format!("{m} {p}")).collect()
+fn writes_to_objects(recorded: &Log) -> Vec<String> {
+    let calls = recorded.calls();
+    let writes =
+        calls.iter().filter(|c| c.method != "GET" && !c.path.ends_with("/status") && !c.path.contains("/events"));
+    writes.map(|c| format!("{} {}", c.method, c.path)).collect()
 }
 
 /// The job's status writes, in order.
-fn status_writes(recorded: &Recorded) -> Vec<Value> {
-    let recorded = recorded.lock().unwrap();
-    recorded.iter().filter(|(m, p, _)| m == "PATCH" && p.ends_with("/status")).map(|(_, _, b)| b.clone()).collect()
+fn status_writes(recorded: &Log) -> Vec<Value> {
+    let calls = recorded.calls();
+    calls.iter().filter(|c| c.method == "PATCH" && c.path.ends_with("/status")).map(|c| c.body.clone()).collect()
 }
 
 /// Every object of `pods` and `services` controlled by another UID, as a predecessor's are.
@@ -311,11 +285,10 @@ async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
     let (client, recorded) = fake_api_server(&job);
     reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
     let deletes: Vec<(String, Value)> = recorded
-        .lock()
-        .unwrap()
+        .calls()
         .iter()
-        .filter(|(m, p, _)| m == "DELETE" && p.contains("/pods/"))
-        .map(|(_, p, body)| (p.rsplit('/').next().unwrap().to_owned(), body.clone()))
+        .filter(|c| c.method == "DELETE" && c.path.contains("/pods/"))
+        .map(|c| (c.last_segment().to_owned(), c.body.clone()))
         .collect();
     assert_eq!(deletes.len(), 3, "{deletes:?}");
     for (name, body) in deletes {
@@ -326,8 +299,6 @@ async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
     }
 }
 
-const CONFLICT: &[u8] = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}"#;
-
 #[tokio::test]
 async fn a_status_computed_from_an_older_job_never_replaces_the_stored_one() {
     let mut job = job(1, "Running", Some(Phase::Created));
@@ -335,7 +306,7 @@ async fn a_status_computed_from_an_older_job_never_replaces_the_stored_one() {
     let (pods, services) = world(&job, |_| "Running");
     // The stored job moved on (resourceVersion 42): the API server refuses the write.
     let (client, recorded) = fake_api_server_with(&job, |method, path| {
-        (method == "PATCH" && path.ends_with("/status")).then(|| (409, CONFLICT.to_vec()))
+        (method == "PATCH" && path.ends_with("/status")).then(|| Answer::status(409, "the object has been modified"))
     });
     let requeue = reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
     let writes = status_writes(&recorded);
@@ -355,7 +326,7 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     job.metadata.resource_version = Some("41".into());
     let stored = r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"45"}}"#;
     let (client, recorded) = fake_api_server_with(&job, move |method, path| {
-        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, stored.as_bytes().to_vec()))
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| Answer::bytes(200, stored))
     });
     let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new());
@@ -366,7 +337,7 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     // created again.
     let current = r#"{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"job","namespace":"ns","uid":"job-uid","resourceVersion":"41"}}"#;
     let (client, recorded) = fake_api_server_with(&job, move |method, path| {
-        (method == "GET" && path.ends_with("/dijobs/job")).then(|| (200, current.as_bytes().to_vec()))
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| Answer::bytes(200, current))
     });
     reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert!(calls(&recorded, "POST", "pods").contains(&"job-coordinator".to_string()));
@@ -379,8 +350,7 @@ async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() 
     let marks: Arc<Marks> = Arc::default();
     let (client, recorded) = fake_api_server(&job);
     reconcile(view_of(&job), context_with(client, pods.clone(), services.clone(), marks.clone())).await.unwrap();
-    let marked =
-        recorded.lock().unwrap().iter().any(|(m, p, _)| m == "PATCH" && p.ends_with("/services/job-collector-0"));
+    let marked = recorded.calls().iter().any(|c| c.method == "PATCH" && c.path.ends_with("/services/job-collector-0"));
     assert!(marked, "the first failure is counted on the service");
     assert_eq!(calls(&recorded, "DELETE", "pods"), ["job-collector-0"]);
 
@@ -394,9 +364,8 @@ async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() 
 #[tokio::test]
 async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff() {
     let job = job(1, "Running", None);
-    let forbidden = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,"message":"pods is forbidden: exceeded quota"}"#;
-    let (client, recorded) = fake_api_server_with(&job, move |method, path| {
-        (method == "POST" && path.ends_with("/pods")).then(|| (403, forbidden.to_vec()))
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        (method == "POST" && path.ends_with("/pods")).then(|| Answer::status(403, "pods is forbidden: exceeded quota"))
     });
     let ctx = context(client, vec![], vec![]);
     let error = reconcile(view_of(&job), ctx.clone()).await.unwrap_err();
@@ -411,8 +380,8 @@ async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff
     // The Warning event says what failed, with the API server's words.
     let warning = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            let found = recorded.lock().unwrap().iter().find_map(|(m, p, body)| {
-                (m == "POST" && p.ends_with("/events") && body["reason"] == "CreatePod").then(|| body.clone())
+            let found = recorded.calls().into_iter().find_map(|c| {
+                (c.method == "POST" && c.path.ends_with("/events") && c.body["reason"] == "CreatePod").then_some(c.body)
             });
             if let Some(event) = found {
                 return event;

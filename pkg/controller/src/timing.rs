@@ -75,11 +75,10 @@ where
 mod tests {
     use std::time::Duration;
 
-    use http::Response;
+    use di_testing::{Answer, FakeApiServer};
     use k8s_openapi::api::core::v1::Pod;
     use kube::Api;
     use kube::api::{Patch, PatchParams};
-    use kube::client::Body;
 
     use super::*;
 
@@ -91,14 +90,8 @@ mod tests {
     #[tokio::test]
     async fn a_request_is_counted_and_timed_by_verb_and_resource() {
         const ANSWER_AFTER: Duration = Duration::from_millis(20);
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        tokio::spawn(async move {
-            while let Some((_, send)) = handle.next_request().await {
-                tokio::time::sleep(ANSWER_AFTER).await;
-                let pod = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"a"}}"#;
-                send.send_response(Response::builder().status(200).body(Body::from(pod.to_vec())).unwrap());
-            }
-        });
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}});
+        let service = FakeApiServer::new(move |_| Answer::json(200, pod.clone()).after(ANSWER_AFTER));
         let metrics = Arc::new(Metrics::new());
         let pods: Api<Pod> = Api::namespaced(kube::Client::new(Timing::new(metrics.clone()).layer(service), "a"), "a");
         pods.get("p").await.unwrap();

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::connect_info::MockConnectInfo;
-use axum::http::{Request, Response, StatusCode};
+use axum::http::{Request, StatusCode};
 use di_api::contract::{MAX_GPUS_PER_LEARNER, MAX_REPLICAS};
 use di_client::wire::ReplicaRequest;
 use di_replicas::scale::Scope;
 use di_replicas::server::{Endpoint, router};
+use di_testing::{Answer, status};
 use http_body_util::BodyExt;
 use kube::Client;
 use proptest::prelude::*;
@@ -69,10 +70,6 @@ fn pods() -> Vec<Value> {
     ]
 }
 
-fn status(code: u16, reason: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code})
-}
-
 /// Answers what the endpoint asks of the API server: the job (read, and merge-patched when the
 /// resourceVersion matches) and the namespace's pods.
 fn answer(world: &Mutex<World>, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
@@ -99,17 +96,11 @@ fn answer(world: &Mutex<World>, method: &str, path: &str, body: &[u8]) -> (u16, 
 }
 
 fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
-    let (service, mut handle) = tower_test::mock::pair::<Request<kube::client::Body>, Response<kube::client::Body>>();
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            let (parts, body) = request.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            let (code, reply) = answer(&world, parts.method.as_str(), parts.uri.path(), &body);
-            let reply = kube::client::Body::from(serde_json::to_vec(&reply).unwrap());
-            send.send_response(Response::builder().status(code).body(reply).unwrap());
-        }
+    let (client, _) = di_testing::client(move |call| {
+        let (code, reply) = answer(&world, &call.method, &call.path, &call.bytes);
+        Answer::json(code, reply)
     });
-    Client::new(service, "default")
+    client
 }
 
 const OWN_POD: [u8; 4] = [10, 1, 2, 3];
