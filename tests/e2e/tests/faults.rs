@@ -8,7 +8,7 @@ use di_e2e::cluster::within;
 use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, ListParams, PostParams, PropagationPolicy};
-use kube::runtime::wait::await_condition;
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -45,13 +45,9 @@ async fn submitted_again() {
         .unwrap();
     // The garbage collector learns a new CRD's kind when it rediscovers resources (about 30 s),
     // and only then removes the orphan finalizer.
-    let jobs = s.jobs.clone();
-    Box::pin(within(Duration::from_secs(120), "the first job to be deleted", async move {
-        while jobs.get_metadata_opt("again").await.unwrap().is_some_and(|j| j.uid() == first.uid()) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }))
-    .await;
+    let first_uid = first.uid().unwrap();
+    let deleted = await_condition(s.jobs.clone(), "again", conditions::is_deleted(&first_uid));
+    Box::pin(within(Duration::from_secs(120), "the first job to be deleted", deleted)).await.unwrap();
     let second = s.submit("again", 1, 0, policy).await;
     let blocked = await_condition(s.jobs.clone(), "again", has_condition("NamesTaken"));
     let job = Box::pin(within(WAIT, "the new job to wait for its names", blocked)).await.unwrap().unwrap();
@@ -97,16 +93,8 @@ async fn waiting_for_its_config() {
     configs.create(&PostParams::default(), &serde_json::from_value(config).unwrap()).await.unwrap();
     // Without a watch on AggregatorConfigs the job would look again only at its periodic
     // requeue, five minutes later.
-    let pods = s.pods.clone();
-    Box::pin(within(WAIT, "the aggregator", async move {
-        loop {
-            if pods.get_opt("multi-aggregator-0").await.unwrap().is_some() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }))
-    .await;
+    let aggregator = await_condition(s.pods.clone(), "multi-aggregator-0", |pod: Option<&Pod>| pod.is_some());
+    Box::pin(within(WAIT, "the aggregator", aggregator)).await.unwrap();
     let services: Api<Service> = s.services.clone();
     assert!(services.get_opt("multi-aggregator-0").await.unwrap().is_some());
 }
