@@ -4,16 +4,15 @@
 //! the same etcd data; its command line names the run's folder, so stopping the plane (or the
 //! next start after a crash) kills it too.
 
-use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use di_e2e::binaries::{self, Unavailable};
 use di_e2e::cluster::TestCluster;
-use di_e2e::controlplane::ControlPlane;
+use di_e2e::controlplane::{ControlPlane, spawn_logged};
 use kube::Client;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::process;
 
@@ -105,16 +104,9 @@ impl Plane {
 
     fn spawn_again(&self, name: &'static str, command: &[String]) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(name))?;
-        let child = Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            // As di_e2e starts it: a group of its own, gone with us.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {name} again"))?;
+        // As di_e2e started it: a group of its own, gone with us.
+        let child =
+            spawn_logged(command[0].as_ref(), &command[1..], log).with_context(|| format!("starting {name} again"))?;
         self.respawned.lock().unwrap().push((name, child));
         Ok(())
     }

@@ -136,16 +136,8 @@ impl ControlPlane {
 
     fn spawn(&mut self, name: &'static str, binary: &Path, args: &[String]) -> anyhow::Result<()> {
         let log = std::fs::File::create(self.dir.join("logs").join(format!("{name}.log")))?;
-        let child = Command::new(binary)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            // Its own process group: a Ctrl-C reaches the harness, which stops things in order.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+        let child =
+            spawn_logged(binary.as_os_str(), args, log).with_context(|| format!("starting {}", binary.display()))?;
         self.children.push((name, child));
         Ok(())
     }
@@ -266,4 +258,17 @@ fn write_kubeconfig(path: &Path, server: &str, ca: &Path, cert: &Path, key: &Pat
     });
     std::fs::write(path, serde_yaml::to_string(&config)?)?;
     Ok(())
+}
+
+/// Starts one of the control plane's processes with its output in `log`, in a process group of
+/// its own (a Ctrl-C reaches the harness, which stops things in order), killed when dropped.
+pub fn spawn_logged(program: &std::ffi::OsStr, args: &[String], log: std::fs::File) -> std::io::Result<Child> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
 }
