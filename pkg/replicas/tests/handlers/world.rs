@@ -1,5 +1,10 @@
 //! The fake API server every handler test runs against, its fixtures, and the endpoint in
 //! front of it.
+//!
+//! Not di-testing's shared fake, on purpose: these tests check what a fake that answers at once
+//! through a closure cannot express: writes held and then released in order against the job as
+//! it is by then, callers that leave before their answer, requests never answered at all, and a
+//! log the tests await under tokio's paused clock.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
