@@ -52,7 +52,7 @@ struct Election {
 impl Election {
     async fn start(hint: &str, leader_server: Option<&str>, standby_namespace: Option<&str>) -> Option<Election> {
         if di_e2e::nodes::real_nodes() {
-            di_e2e::cluster::skip("leader election needs local orchestrator processes (control-plane tier only)");
+            di_e2e::cluster::not_applicable("leader election needs local orchestrator processes (control-plane tier only)");
             return None;
         }
         let mut s = Scenario::new(hint).await;
@@ -259,7 +259,7 @@ async fn a_leader_keeps_its_lease_through_an_outage_shorter_than_the_renew_deadl
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_leader_restarted_under_its_old_name_takes_its_stale_lease_back() {
     if di_e2e::nodes::real_nodes() {
-        di_e2e::cluster::skip("leader election needs local orchestrator processes (control-plane tier only)");
+        di_e2e::cluster::not_applicable("leader election needs local orchestrator processes (control-plane tier only)");
         return;
     }
     let mut s = Scenario::new("rejoin").await;
