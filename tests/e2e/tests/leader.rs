@@ -52,7 +52,9 @@ struct Election {
 impl Election {
     async fn start(hint: &str, leader_server: Option<&str>, standby_namespace: Option<&str>) -> Option<Election> {
         if di_e2e::nodes::real_nodes() {
-            di_e2e::cluster::not_applicable("leader election needs local orchestrator processes (control-plane tier only)");
+            di_e2e::cluster::not_applicable(
+                "leader election needs local orchestrator processes (control-plane tier only)",
+            );
             return None;
         }
         let mut s = Scenario::new(hint).await;
