@@ -1,23 +1,54 @@
 #!/usr/bin/env bash
-# Creates the kind cluster (if needed), builds and loads the image, deploys the orchestrator and
-# waits until it answers. Writes the cluster's kubeconfig to .cache/kind.kubeconfig.
+# `make kind`: from nothing to the orchestrator deployed on a kind cluster, idempotently. Starts
+# a Docker daemon when none answers, builds kind (and, where no registry is reachable, the node
+# image) from pinned sources into the cache, creates the cluster, builds and loads the images,
+# deploys with `kubectl apply -k` and waits until the webhook answers. Writes the cluster's
+# kubeconfig to .cache/kind.kubeconfig. kind/down.sh undoes all of it.
+#
+# KIND_NODE_IMAGE=<image> uses that node image; KIND_OFFLINE=1 (or a failed pull of kind's
+# public image) builds one here.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cluster=${KIND_CLUSTER:-di-orchestrator}
-image=opendilab/di-orchestrator:dev
-for tool in kind docker kubectl; do
-  command -v "$tool" >/dev/null || { echo "kind/up.sh needs $tool on the PATH" >&2; exit 1; }
-done
-if ! kind get clusters | grep -qx "$cluster"; then
-  kind create cluster --name "$cluster" --config kind/cluster.yaml --wait 120s
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+mkdir -p "$STATE_DIR"
+start=$SECONDS
+
+command -v docker >/dev/null && command -v dockerd >/dev/null || { need_root "installing Docker"; kind/host/packages.sh; }
+kind/host/dockerd.sh start
+kind_bin=$(kind/host/tool.sh kind)
+
+# The Kubernetes binaries of the release, with their real version (kubectl among them).
+cargo build --quiet -p di-e2e --bin di-controlplane -p di-orchestrator --bin di-orchestrator
+release=$(./target/debug/di-controlplane release)
+kubectl=$release/kubectl
+
+node_image=${KIND_NODE_IMAGE:-}
+config=kind/cluster.yaml
+if [[ -z $node_image ]]; then
+  public=kindest/node:$KUBERNETES_VERSION
+  if [[ ${KIND_OFFLINE:-} != 1 ]] && { docker image inspect "$public" >/dev/null 2>&1 || timeout 120 docker pull -q "$public" >/dev/null 2>&1; }; then
+    node_image=$public
+  else
+    say "kind's public node image cannot be had here: building one offline"
+    node_image=$(kind/node/build.sh "$release")
+    config=kind/cluster-offline.yaml
+  fi
 fi
-mkdir -p .cache
-kind get kubeconfig --name "$cluster" > .cache/kind.kubeconfig
-export KUBECONFIG=$PWD/.cache/kind.kubeconfig
-docker build -t "$image" .
-kind load docker-image "$image" --name "$cluster"
-# The suite's replicas run this image; load it so pods start without a registry.
-docker pull busybox:1.36 >/dev/null && kind load docker-image busybox:1.36 --name "$cluster"
-kubectl apply --server-side -k kind/overlay
-kubectl -n di-system rollout status deployment/di-orchestrator --timeout=180s
-echo "deployed; KUBECONFIG=$KUBECONFIG"
+[[ $node_image == di-kind/* ]] && config=kind/cluster-offline.yaml
+
+if ! "$kind_bin" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+  kind/host/sysctls.sh save
+  say "creating cluster $CLUSTER_NAME from $node_image"
+  "$kind_bin" create cluster --name "$CLUSTER_NAME" --image "$node_image" --config "$config" --wait 120s
+fi
+"$kind_bin" get kubeconfig --name "$CLUSTER_NAME" >"$REPO_ROOT/.cache/kind.kubeconfig"
+export KUBECONFIG=$REPO_ROOT/.cache/kind.kubeconfig
+
+for image in $(kind/images/build.sh orchestrator target/debug/di-orchestrator) $(kind/images/build.sh busybox); do
+  "$kind_bin" load docker-image "$image" --name "$CLUSTER_NAME" >/dev/null
+done
+"$kubectl" apply --server-side --force-conflicts -k kind/overlay >/dev/null
+# A new image under the same tag: restart so the pods run it.
+"$kubectl" -n di-system rollout restart deployment/di-orchestrator >/dev/null
+"$kubectl" -n di-system rollout status deployment/di-orchestrator --timeout=180s
+say "deployed in $((SECONDS - start)) s; KUBECONFIG=$KUBECONFIG"

@@ -11,12 +11,19 @@ use anyhow::{Context, bail};
 /// the workspace compiles against (a test keeps the two, and `hack/controlplane/go.mod`, in step).
 pub const KUBERNETES_VERSION: &str = "v1.34.4";
 
-/// The binaries, each with the Go package that builds it.
-const BINARIES: [(&str, &str); 3] = [
+/// Every binary built from `hack/controlplane`, each with the Go package that builds it. The first
+/// three are the control-plane tier's; the kind tier's node image takes them all.
+const BINARIES: [(&str, &str); 8] = [
     ("etcd", "go.etcd.io/etcd/server/v3"),
     ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
     ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+    ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
+    ("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy"),
+    ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
+    ("kubeadm", "k8s.io/kubernetes/cmd/kubeadm"),
+    ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
 ];
+const CONTROL_PLANE: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct Binaries {
@@ -37,25 +44,65 @@ pub fn repo_root() -> PathBuf {
 /// Where built binaries are kept, per version: outside the clone (`$DI_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/di-orchestrator`, else `~/.cache/di-orchestrator`), so a fresh clone on the
 /// same machine, CI's among them, skips the 10-minute build. `root`'s git-ignored `.cache` is
-/// the last resort, with no home to write to.
+/// the last resort, with no home to write to. kind/lib.sh names the same place.
 pub fn cache_dir(root: &Path) -> PathBuf {
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = env("DI_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("di-orchestrator")))
         .or_else(|| env("HOME").map(|d| d.join(".cache/di-orchestrator")))
         .unwrap_or_else(|| root.join(".cache"));
-    base.join("controlplane").join(KUBERNETES_VERSION)
+    base.join("kubernetes").join(KUBERNETES_VERSION)
 }
 
-/// Finds every binary, building the missing ones. `Ok(Err(_))` means the toolchain to build them
-/// is truly missing; `Err(_)` means a build was tried and failed.
+/// The version stamped into every binary, as Kubernetes' own release build does: kubeadm refuses
+/// a binary without one, and `kubectl version` cannot parse the unstamped default.
+fn version_ldflags() -> String {
+    let (major, minor) = {
+        let mut parts = KUBERNETES_VERSION.trim_start_matches('v').split('.');
+        (parts.next().unwrap_or("1"), parts.next().unwrap_or("0"))
+    };
+    let mut flags = String::from("-s -w");
+    for package in ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"] {
+        for (name, value) in [
+            ("gitVersion", KUBERNETES_VERSION),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+        ] {
+            flags.push_str(&format!(" -X {package}.{name}={value}"));
+        }
+    }
+    flags
+}
+
+/// Finds the control-plane tier's binaries, building the missing ones. `Ok(Err(_))` means the
+/// toolchain to build them is truly missing; `Err(_)` means a build was tried and failed.
 pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
     let assets = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from);
+    let found = match find_or_build(root, &BINARIES[..CONTROL_PLANE], assets.as_deref())? {
+        Ok(found) => found,
+        Err(why) => return Ok(Err(why)),
+    };
+    let [etcd, kube_apiserver, kube_controller_manager] = <[PathBuf; 3]>::try_from(found).expect("three binaries");
+    Ok(Ok(Binaries { etcd, kube_apiserver, kube_controller_manager }))
+}
+
+/// Builds (or finds) every binary of the release and returns the folder that holds them all, for
+/// the kind tier's node image.
+pub fn obtain_all(root: &Path) -> anyhow::Result<Result<PathBuf, Unavailable>> {
+    Ok(find_or_build(root, &BINARIES, None)?.map(|_| cache_dir(root)))
+}
+
+fn find_or_build(
+    root: &Path,
+    wanted: &[(&str, &str)],
+    assets: Option<&Path>,
+) -> anyhow::Result<Result<Vec<PathBuf>, Unavailable>> {
     let cache = cache_dir(root);
     let mut missing = vec![];
     let mut found = vec![];
-    for (name, package) in BINARIES {
-        let from_assets = assets.as_ref().map(|dir| dir.join(name)).filter(|p| p.is_file());
+    for &(name, package) in wanted {
+        let from_assets = assets.map(|dir| dir.join(name)).filter(|p| p.is_file());
         match from_assets.or_else(|| Some(cache.join(name)).filter(|p| p.is_file())) {
             Some(path) => found.push(path),
             None => {
@@ -75,8 +122,7 @@ pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
         }
         build(root, &cache, &missing)?;
     }
-    let [etcd, kube_apiserver, kube_controller_manager] = <[PathBuf; 3]>::try_from(found).expect("three binaries");
-    Ok(Ok(Binaries { etcd, kube_apiserver, kube_controller_manager }))
+    Ok(Ok(found))
 }
 
 fn build(root: &Path, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<()> {
@@ -87,9 +133,13 @@ fn build(root: &Path, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<
         // Build beside the target and rename, so an interrupted build never leaves half a binary.
         let partial = cache.join(format!(".{name}.partial"));
         let status = Command::new("go")
-            .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+            .args(["build", "-trimpath"])
+            .arg(format!("-ldflags={}", version_ldflags()))
+            .arg("-o")
             .arg(&partial)
             .arg(package)
+            // Static, as Kubernetes releases them: the node image runs them from empty images.
+            .env("CGO_ENABLED", "0")
             .current_dir(&module)
             .status()
             .with_context(|| format!("running go build for {name}"))?;
@@ -125,5 +175,11 @@ mod tests {
         for line in go_mod.lines().filter(|l| l.contains("=> k8s.io/")) {
             assert!(line.trim_end().ends_with(&staging), "{line} is not pinned to {staging}");
         }
+        // The kind tier builds its node image from the same release.
+        let kind = std::fs::read_to_string(root.join("kind/lib.sh")).unwrap();
+        assert!(
+            kind.lines().any(|l| l == format!("KUBERNETES_VERSION={KUBERNETES_VERSION}")),
+            "kind/lib.sh must set KUBERNETES_VERSION={KUBERNETES_VERSION}"
+        );
     }
 }

@@ -28,6 +28,10 @@ pub enum Nodes {
     Real(Client),
 }
 
+/// The image of the replicas' main containers on real nodes: a static busybox that kind/up.sh
+/// builds and loads (no registry is asked for it).
+pub const REAL_IMAGE: &str = "di-e2e/busybox:1.35";
+
 /// A real container's command: wait for the exit code a test writes, then exit with it.
 const WAIT_FOR_EXIT: &str = "until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
 
@@ -42,7 +46,7 @@ impl Nodes {
         match self {
             Nodes::Simulated(_) => json!({"name": "di-container", "image": "ding"}),
             Nodes::Real(_) => {
-                json!({"name": "di-container", "image": "busybox:1.36", "command": ["sh", "-c", WAIT_FOR_EXIT]})
+                json!({"name": "di-container", "image": REAL_IMAGE, "command": ["sh", "-c", WAIT_FOR_EXIT]})
             }
         }
     }

@@ -33,7 +33,7 @@ fn ok(out: &Output) -> String {
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn the_plugin_does_what_its_help_says() {
     let s = Box::pin(Scenario::new("cli")).await;
-    let image = if di_e2e::nodes::real_nodes() { "busybox:1.36" } else { "ding" };
+    let image = if di_e2e::nodes::real_nodes() { di_e2e::nodes::REAL_IMAGE } else { "ding" };
     let command = "until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
 
     // A bad job is refused before anything reaches the cluster, with the field named.

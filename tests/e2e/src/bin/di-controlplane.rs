@@ -3,6 +3,8 @@
 //!   di-controlplane run -- CMD [ARGS...]   start, run CMD against it, stop; exit with CMD's code
 //!   di-controlplane up                     start and wait for Ctrl-C
 //!   di-controlplane binaries               obtain (build or find) the binaries and print them
+//!   di-controlplane release                obtain every binary of the release (kubelet, kubeadm,
+//!                                          ... too) and print the folder that holds them (kind/)
 //!
 //! CMD sees `KUBECONFIG` and `DI_E2E_KUBECONFIG` pointing at the control plane's admin
 //! kubeconfig, and `DI_E2E_NODES=simulated`. When the binaries can be neither found nor built,
@@ -24,13 +26,31 @@ async fn main() -> ExitCode {
     let command: Vec<String> = rest.iter().skip_while(|a| *a == "--").cloned().collect();
     match (mode, command.is_empty()) {
         ("run", false) | ("up", true) | ("binaries", true) => {}
+        ("release", true) => return release(),
         _ => {
-            eprintln!("usage: di-controlplane run -- CMD [ARGS...] | up | binaries");
+            eprintln!("usage: di-controlplane run -- CMD [ARGS...] | up | binaries | release");
             return ExitCode::from(2);
         }
     }
     match run(mode, &command).await {
         Ok(code) => code,
+        Err(e) => {
+            eprintln!("di-controlplane: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn release() -> ExitCode {
+    match binaries::obtain_all(&binaries::repo_root()) {
+        Ok(Ok(dir)) => {
+            println!("{}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Ok(Err(Unavailable(why))) => {
+            eprintln!("di-controlplane: {why}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("di-controlplane: {e:#}");
             ExitCode::FAILURE

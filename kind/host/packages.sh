@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, the Debian packages the kind tier needs on the host and that are missing.
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+# dockerd and its runtime; debootstrap for the node's root filesystem; jq for the runc wrapper;
+# busybox-static for the small image the suite's replicas run.
+packages=(docker.io containerd runc iptables debootstrap jq busybox-static)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+((${#missing[@]} == 0)) && exit 0
+need_root "installing ${missing[*]}"
+say "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds, without pulling a base image, the images the kind tier loads into its nodes; prints the
+# image's name.
+#
+#   kind/images/build.sh orchestrator BINARY   the orchestrator (serve and the replicas sidecar)
+#                                              from a binary of the workspace, with the shared
+#                                              libraries it links and nothing else
+#   kind/images/build.sh busybox               Debian's static busybox, for the suite's replicas
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+ORCHESTRATOR_IMAGE=opendilab/di-orchestrator:dev
+BUSYBOX_IMAGE=di-e2e/busybox:1.35   # Debian bookworm's busybox is 1.35; tests/e2e/src/nodes.rs names it
+
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/rootfs"
+
+case ${1:-} in
+  orchestrator)
+    binary=${2:?usage: build.sh orchestrator BINARY}
+    [[ -x $binary ]] || die "$binary is not an executable; build it first (cargo build -p di-orchestrator)"
+    install -D "$binary" "$ctx/rootfs/usr/local/bin/di-orchestrator"
+    # The dynamic loader and the libraries the binary links, at the paths it looks them up.
+    ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
+      cp --parents -L "$lib" "$ctx/rootfs"
+    done
+    cat >"$ctx/Dockerfile" <<'DOCKERFILE'
+FROM scratch
+COPY rootfs/ /
+# A debug build's deserializers need deeper stacks than Rust's default 2 MiB per thread.
+ENV RUST_MIN_STACK=16777216
+# Non-root, as the Deployment's security context and the sidecar's runAsNonRoot require.
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/di-orchestrator"]
+DOCKERFILE
+    image=$ORCHESTRATOR_IMAGE
+    ;;
+  busybox)
+    [[ -x /bin/busybox ]] || "$REPO_ROOT/kind/host/packages.sh"
+    [[ $(ldd /bin/busybox 2>&1 || true) == *"not a dynamic"* ]] || die "/bin/busybox is not static (install busybox-static)"
+    install -D /bin/busybox "$ctx/rootfs/bin/busybox"
+    for applet in $(/bin/busybox --list); do
+      [[ -e $ctx/rootfs/bin/$applet ]] || ln -s busybox "$ctx/rootfs/bin/$applet"
+    done
+    mkdir -p "$ctx/rootfs/tmp" "$ctx/rootfs/etc"
+    echo "root:x:0:0:root:/root:/bin/sh" >"$ctx/rootfs/etc/passwd"
+    printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD ["sh"]\n' >"$ctx/Dockerfile"
+    image=$BUSYBOX_IMAGE
+    ;;
+  *) die "usage: build.sh orchestrator BINARY | busybox" ;;
+esac
+docker_build -t "$image" "$ctx"
+echo "$image"

@@ -1,0 +1,3 @@
+module github.com/opendilab/di-orchestrator/kind/images/pause
+
+go 1.24.0

@@ -1,0 +1,30 @@
+# Shared by the kind tier's scripts: versions, the cache, logging. Sourced, never run.
+# shellcheck shell=bash
+
+# The releases the kind tier builds. KUBERNETES_VERSION matches the control-plane tier
+# (tests/e2e/src/binaries.rs and hack/controlplane/go.mod); a test keeps them in step.
+KIND_VERSION=v0.33.0
+KUBERNETES_VERSION=v1.34.4
+HELM_VERSION=v3.21.4
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CLUSTER_NAME=${KIND_CLUSTER:-di-orchestrator}
+# Outside the clone, so a fresh clone on this machine (CI's among them) skips every build it can.
+CACHE_ROOT=${DI_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/di-orchestrator}
+# Where the scripts keep state of a running cluster: the kubeconfig, what to undo at teardown.
+STATE_DIR=$REPO_ROOT/.cache/kind
+
+say() { printf '[kind] %s\n' "$*" >&2; }
+die() { printf '[kind] error: %s\n' "$*" >&2; exit 1; }
+
+need_root() {
+  [[ $(id -u) == 0 ]] || die "$1 needs root (it installs packages and starts dockerd); run it with sudo, or start Docker yourself"
+}
+
+docker_answers() { docker info >/dev/null 2>&1; }
+
+# `docker build`, quiet unless it fails (the legacy builder's deprecation notice included).
+docker_build() {
+  local out
+  out=$(docker build "$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+}
