@@ -359,6 +359,15 @@ fn each_rule_rejects_with_field_and_fix() {
             "the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container",
         ),
         (
+            "coordinator init container named like the sidecar",
+            |j| {
+                pod(j, "coordinator").init_containers =
+                    Some(set_json(json!([{"name": "di-replicas", "image": "busybox"}])))
+            },
+            "spec.coordinator.template.spec.initContainers[0].name",
+            "the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container",
+        ),
+        (
             "coordinator port of the sidecar",
             |j| {
                 pod(j, "coordinator").containers[0].ports =

@@ -120,7 +120,12 @@ fn coordinator_pod_carries_the_replica_endpoint() {
     let spec = coordinator.pod.spec.as_ref().unwrap();
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     assert_eq!(spec.service_account_name.as_deref(), Some("job-replicas"));
-    let sidecar = spec.containers.iter().find(|c| c.name == "di-replicas").expect("sidecar");
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let sidecar = init.first().filter(|c| c.name == "di-replicas").expect("the sidecar runs first");
+    // A native sidecar: the pod ends with the coordinator's own container.
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    assert!(sidecar.startup_probe.is_some(), "the coordinator starts once the endpoint answers");
+    assert!(spec.containers.iter().all(|c| c.name != "di-replicas"));
     assert_eq!(sidecar.image.as_deref(), Some(Settings::default().replicas_image.as_str()));
     assert!(sidecar.args.as_ref().unwrap().contains(&"--job=job".to_string()));
     assert_eq!(service_ports(coordinator), vec![("di-port".into(), 22273), ("di-replicas".into(), 22280)]);

@@ -56,7 +56,7 @@ pub(super) fn check_template(
     }
 
     if role == Role::Coordinator {
-        check_sidecar_reservations(path, &spec.containers, errs);
+        check_sidecar_reservations(path, spec.init_containers.as_deref().unwrap_or_default(), &spec.containers, errs);
     }
 
     let mut names = HashSet::new();
@@ -85,15 +85,21 @@ pub(super) fn check_template(
     }
 }
 
-/// The orchestrator adds the replica endpoint to the coordinator's pod: its name and port are taken.
-fn check_sidecar_reservations(path: &str, containers: &[Container], errs: &mut Errors) {
-    for (i, container) in containers.iter().enumerate() {
-        if container.name == REPLICAS_CONTAINER_NAME {
-            errs.add(
-                format!("{path}.spec.containers[{i}].name"),
-                format!("Invalid value {REPLICAS_CONTAINER_NAME:?}: the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container"),
-            );
+/// The orchestrator adds the replica endpoint to the coordinator's pod (as its first init
+/// container, a native sidecar): its name is taken among all the pod's containers, and its port
+/// among those that run beside it.
+fn check_sidecar_reservations(path: &str, init_containers: &[Container], containers: &[Container], errs: &mut Errors) {
+    for (group, list) in [("initContainers", init_containers), ("containers", containers)] {
+        for (i, container) in list.iter().enumerate() {
+            if container.name == REPLICAS_CONTAINER_NAME {
+                errs.add(
+                    format!("{path}.spec.{group}[{i}].name"),
+                    format!("Invalid value {REPLICAS_CONTAINER_NAME:?}: the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container"),
+                );
+            }
         }
+    }
+    for (i, container) in containers.iter().enumerate() {
         for (j, port) in container.ports.iter().flatten().enumerate() {
             if port.container_port == REPLICAS_PORT {
                 errs.add(

@@ -1,5 +1,5 @@
-//! The coordinator and the replica endpoint that runs beside it: the sidecar container, where it
-//! answers, and the identity the coordinator's pod runs as so the sidecar may patch its job.
+//! The coordinator and the replica endpoint that runs beside it: the sidecar (a native one, so
+//! the pod ends with the coordinator), where it answers, and the identity the coordinator's pod runs as so the sidecar may patch its job.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +18,18 @@ pub(super) fn server_url(job: &str, namespace: &str) -> String {
     names::url(&names::coordinator(job), namespace, REPLICAS_PORT)
 }
 
+/// GET /healthz on the endpoint's port.
+fn healthz() -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::Int(REPLICAS_PORT),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 impl Builder<'_> {
     /// The coordinator's pod with the sidecar, and a Service that also exposes the sidecar.
     pub(super) fn coordinator(&self) -> Result<Replica, BuildError> {
@@ -32,7 +44,11 @@ impl Builder<'_> {
         if spec.service_account_name.as_deref().is_none_or(str::is_empty) {
             spec.service_account_name = Some(names::replicas_identity(&self.job));
         }
-        spec.containers.push(sidecar);
+        // A native sidecar (an init container that keeps running, Kubernetes 1.29+): it answers
+        // before the coordinator starts, and once the coordinator's own container exits the pod
+        // ends with its outcome. As a plain container beside it, the pod would stay Running after
+        // the coordinator finished, and the job with it.
+        spec.init_containers.get_or_insert_with(Vec::new).insert(0, sidecar);
         let ports = replica.service.spec.as_mut().and_then(|s| s.ports.as_mut()).expect("built services have ports");
         ports.push(service_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT));
         Ok(replica)
@@ -58,15 +74,10 @@ impl Builder<'_> {
                     ..Default::default()
                 }),
             }]),
-            readiness_probe: Some(Probe {
-                http_get: Some(HTTPGetAction {
-                    path: Some("/healthz".into()),
-                    port: IntOrString::Int(REPLICAS_PORT),
-                    ..Default::default()
-                }),
-                period_seconds: Some(5),
-                ..Default::default()
-            }),
+            restart_policy: Some("Always".into()),
+            // The coordinator's container starts once the endpoint answers: DI-engine calls it at once.
+            startup_probe: Some(Probe { period_seconds: Some(1), failure_threshold: Some(60), ..healthz() }),
+            readiness_probe: Some(Probe { period_seconds: Some(5), ..healthz() }),
             resources: Some(ResourceRequirements {
                 requests: Some(BTreeMap::from([
                     ("cpu".to_string(), Quantity("10m".into())),
