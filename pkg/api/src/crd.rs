@@ -7,15 +7,18 @@ use crate::{AggregatorConfig, DIJob};
 /// Client-side `kubectl apply` keeps the whole object in an annotation of at most this size.
 pub const LAST_APPLIED_LIMIT: usize = 256 * 1024;
 
-/// Every generated file as `(path under manifests/, YAML)`: one file per CRD under `crds/` (for
-/// `kubectl apply -f manifests/crds/`), and both in `install/crds.yaml` (kustomize loads no
-/// file from outside its folder).
+/// Every generated file as `(path from the repository root, YAML)`: one file per CRD under
+/// `manifests/crds/` (for `kubectl apply -f manifests/crds/`), both in
+/// `manifests/install/crds.yaml` (kustomize loads no file from outside its folder), and one file
+/// per CRD in the Helm chart's `crds/` (Helm installs those before the templates).
 pub fn generated_files() -> Vec<(String, String)> {
     let crds = crd_files();
-    let mut files: Vec<(String, String)> =
-        crds.iter().map(|(name, yaml)| (format!("crds/{name}"), yaml.clone())).collect();
+    let mut files: Vec<(String, String)> = vec![];
+    for dir in ["manifests/crds", "charts/di-orchestrator/crds"] {
+        files.extend(crds.iter().map(|(name, yaml)| (format!("{dir}/{name}"), yaml.clone())));
+    }
     let combined = crds.iter().map(|(_, yaml)| yaml.as_str()).collect::<Vec<_>>().join("---\n");
-    files.push(("install/crds.yaml".into(), combined));
+    files.push(("manifests/install/crds.yaml".into(), combined));
     files
 }
 

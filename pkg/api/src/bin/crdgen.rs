@@ -1,5 +1,6 @@
-//! Writes the CRDs generated from the types under the manifests folder (`make manifests`), or
-//! with `--check` reports which checked-in file differs and exits non-zero.
+//! Writes the CRDs generated from the types where the repository keeps them (`make manifests`):
+//! the manifests and the Helm chart; with `--check` reports which checked-in file differs and
+//! exits non-zero.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ fn main() -> ExitCode {
         (Some(flag), Some(dir)) if flag == "--check" => (true, dir),
         (Some(dir), None) if dir != "--check" => (false, dir),
         _ => {
-            eprintln!("usage: crdgen [--check] MANIFESTS_DIR");
+            eprintln!("usage: crdgen [--check] REPOSITORY_ROOT");
             return ExitCode::from(2);
         }
     };
