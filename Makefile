@@ -46,13 +46,13 @@ E2E_STACK = RUST_MIN_STACK=16777216
 ##            started on loopback (built from hack/controlplane on first use, cached in ~/.cache/di-orchestrator)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	$(E2E_STACK) ./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests -- --ignored
+	$(E2E_STACK) ./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e: the same suite on the kind cluster `make kind` brings up, with the orchestrator deployed
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	PATH="$$(./target/debug/di-controlplane release):$$PATH" $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests -- --ignored
+	PATH="$$(./target/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e-kind: the kind tier as make test runs it: a fresh cluster, make e2e, then all torn down
 e2e-kind:
@@ -90,13 +90,13 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## manifests: regenerate the CRDs from the Rust types in pkg/api
+## manifests: regenerate the CRDs from the Rust types in pkg/api (manifests/ and the Helm chart)
 manifests:
-	$(CARGO) run --quiet -p di-api --bin crdgen -- manifests
+	$(CARGO) run --quiet -p di-api --bin crdgen -- .
 
 ## check-manifests: fail when the checked-in CRDs differ from what the types generate
 check-manifests:
-	$(CARGO) run --quiet -p di-api --bin crdgen -- --check manifests
+	$(CARGO) run --quiet -p di-api --bin crdgen -- --check .
 
 help:
 	@grep -E '^## ' $(MAKEFILE_LIST) | sed 's/^## /  /'

@@ -10,4 +10,4 @@ if docker_answers; then
 fi
 kind/host/sysctls.sh restore
 kind/host/dockerd.sh stop
-rm -f "$REPO_ROOT/.cache/kind.kubeconfig"
+rm -f "$REPO_ROOT/.cache/kind.kubeconfig" "$STATE_DIR/orchestrator-image"

@@ -44,11 +44,17 @@ fi
 "$kind_bin" get kubeconfig --name "$CLUSTER_NAME" >"$REPO_ROOT/.cache/kind.kubeconfig"
 export KUBECONFIG=$REPO_ROOT/.cache/kind.kubeconfig
 
-for image in $(kind/images/build.sh orchestrator target/debug/di-orchestrator) $(kind/images/build.sh busybox); do
+orchestrator_image=$(kind/images/build.sh orchestrator target/debug/di-orchestrator)
+for image in "$orchestrator_image" $(kind/images/build.sh busybox); do
   "$kind_bin" load docker-image "$image" --name "$CLUSTER_NAME" >/dev/null
 done
+deployed=$("$kubectl" -n di-system get deployment di-orchestrator -o name 2>/dev/null || true)
 "$kubectl" apply --server-side --force-conflicts -k kind/overlay >/dev/null
-# A new image under the same tag: restart so the pods run it.
-"$kubectl" -n di-system rollout restart deployment/di-orchestrator >/dev/null
+# A new build under the same tag: pods already running the old one must restart to run it.
+image_id=$(docker image inspect -f '{{.Id}}' "$orchestrator_image")
+if [[ -n $deployed && $(cat "$STATE_DIR/orchestrator-image" 2>/dev/null) != "$image_id" ]]; then
+  "$kubectl" -n di-system rollout restart deployment/di-orchestrator >/dev/null
+fi
+echo "$image_id" >"$STATE_DIR/orchestrator-image"
 "$kubectl" -n di-system rollout status deployment/di-orchestrator --timeout=180s
 say "deployed in $((SECONDS - start)) s; KUBECONFIG=$KUBECONFIG"

@@ -5,7 +5,8 @@
 #   kind/images/build.sh orchestrator BINARY   the orchestrator (serve and the replicas sidecar)
 #                                              from a binary of the workspace, with the shared
 #                                              libraries it links and nothing else
-#   kind/images/build.sh busybox               Debian's static busybox, for the suite's replicas
+#   kind/images/build.sh busybox               Debian's busybox with the C library it links,
+#                                              for the suite's replicas
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ORCHESTRATOR_IMAGE=opendilab/di-orchestrator:dev
@@ -15,15 +16,20 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/rootfs"
 
+# Copies a dynamically linked binary to PATH in the image, with the dynamic loader and the
+# libraries it links at the paths it looks them up.
+install_linked() { # install_linked BINARY PATH
+  install -D "$1" "$ctx/rootfs$2"
+  ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
+    cp --parents -L "$lib" "$ctx/rootfs"
+  done
+}
+
 case ${1:-} in
   orchestrator)
     binary=${2:?usage: build.sh orchestrator BINARY}
     [[ -x $binary ]] || die "$binary is not an executable; build it first (cargo build -p di-orchestrator)"
-    install -D "$binary" "$ctx/rootfs/usr/local/bin/di-orchestrator"
-    # The dynamic loader and the libraries the binary links, at the paths it looks them up.
-    ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
-      cp --parents -L "$lib" "$ctx/rootfs"
-    done
+    install_linked "$binary" /usr/local/bin/di-orchestrator
     cat >"$ctx/Dockerfile" <<'DOCKERFILE'
 FROM scratch
 COPY rootfs/ /
@@ -36,14 +42,22 @@ DOCKERFILE
     image=$ORCHESTRATOR_IMAGE
     ;;
   busybox)
-    [[ -x /bin/busybox ]] || "$REPO_ROOT/kind/host/packages.sh"
-    [[ $(ldd /bin/busybox 2>&1 || true) == *"not a dynamic"* ]] || die "/bin/busybox is not static (install busybox-static)"
-    install -D /bin/busybox "$ctx/rootfs/bin/busybox"
-    for applet in $(/bin/busybox --list); do
+    # Debian's dynamically linked busybox, taken from its package without installing it: a
+    # static one resolves no DNS name (glibc's resolver cannot be linked statically), and the
+    # suite's pods reach each other by name.
+    deb_dir=$CACHE_ROOT/kind/debs
+    mkdir -p "$deb_dir"
+    if ! ls "$deb_dir"/busybox_*.deb >/dev/null 2>&1; then
+      (cd "$deb_dir" && { apt-get download busybox >/dev/null 2>&1 || { apt-get update -qq && apt-get download busybox >/dev/null; }; })
+    fi
+    dpkg-deb -x "$(ls "$deb_dir"/busybox_*.deb | tail -1)" "$ctx/deb"
+    install_linked "$ctx/deb/bin/busybox" /bin/busybox
+    for applet in $("$ctx/deb/bin/busybox" --list); do
       [[ -e $ctx/rootfs/bin/$applet ]] || ln -s busybox "$ctx/rootfs/bin/$applet"
     done
     mkdir -p "$ctx/rootfs/tmp" "$ctx/rootfs/etc"
     echo "root:x:0:0:root:/root:/bin/sh" >"$ctx/rootfs/etc/passwd"
+    echo "hosts: files dns" >"$ctx/rootfs/etc/nsswitch.conf"
     printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD ["sh"]\n' >"$ctx/Dockerfile"
     image=$BUSYBOX_IMAGE
     ;;

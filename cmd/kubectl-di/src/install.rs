@@ -5,13 +5,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use di_api::DIJob;
 use di_client::apply::{self, api_for};
 use di_client::is_status;
-use di_client::wait::{Unanswered, probe};
-use kube::api::{DeleteParams, DynamicObject, PostParams};
-use kube::core::ApiResource;
-use kube::{Api, ResourceExt};
+use di_client::wait::{Unanswered, until_webhook_answers};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, DynamicObject};
 use serde_json::json;
 
 use crate::cli::InstallArgs;
@@ -69,17 +67,8 @@ pub async fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<()> {
     if args.no_wait {
         return Ok(());
     }
-    // The webhook answers when a dry-run create of a DIJob goes through it.
-    let job: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": "kubectl-di-install-probe", "namespace": "di-system"},
-        "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "probe"}]}}}},
-    }))?;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), "di-system", &ApiResource::erase::<DIJob>(&()));
-    let params = PostParams { dry_run: true, ..Default::default() };
     let timeout = Duration::from_secs(args.timeout);
-    if let Err(Unanswered { last }) = probe(timeout, PROBE_EVERY, || api.create(&params, &job)).await {
+    if let Err(Unanswered { last }) = until_webhook_answers(&ctx.client, "di-system", timeout, PROBE_EVERY).await {
         let last = last.map(|e| e.to_string()).unwrap_or_default();
         bail!("the orchestrator's webhook did not answer within {}s: {last}", args.timeout);
     }

@@ -63,12 +63,9 @@ fn version_ldflags() -> String {
     };
     let mut flags = String::from("-s -w");
     for package in ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"] {
-        for (name, value) in [
-            ("gitVersion", KUBERNETES_VERSION),
-            ("gitMajor", major),
-            ("gitMinor", minor),
-            ("gitTreeState", "clean"),
-        ] {
+        for (name, value) in
+            [("gitVersion", KUBERNETES_VERSION), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")]
+        {
             flags.push_str(&format!(" -X {package}.{name}={value}"));
         }
     }

@@ -32,8 +32,11 @@ pub enum Nodes {
 /// builds and loads (no registry is asked for it).
 pub const REAL_IMAGE: &str = "di-e2e/busybox:1.35";
 
-/// A real container's command: wait for the exit code a test writes, then exit with it.
-const WAIT_FOR_EXIT: &str = "until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
+/// A real container's command: wait for the exit code a test writes, then exit with it. A shell
+/// that is PID 1 ignores SIGTERM unless it traps it; without the trap every delete would wait out
+/// the grace period.
+pub const WAIT_FOR_EXIT: &str =
+    "trap 'exit 143' TERM; until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
 
 impl Nodes {
     /// The nodes of the cluster under test, for one namespace.
@@ -67,9 +70,16 @@ impl Nodes {
             Nodes::Real(client) => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
                 let command = ["sh", "-c", &format!("echo {exit_code} > /tmp/exit-code")].map(String::from);
-                let params = kube::api::AttachParams::default().container("di-container").stdout(false).stderr(false);
-                let process = api.exec(pod, command, &params).await.unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
-                process.join().await.unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+                // An exec needs one stream at least: stderr, which says why when it fails.
+                let params = kube::api::AttachParams::default().container("di-container").stdout(false).stderr(true);
+                let mut process =
+                    api.exec(pod, command, &params).await.unwrap_or_else(|e| panic!("exec in {pod}: {e}"));
+                let mut stderr = String::new();
+                if let Some(mut stream) = process.stderr() {
+                    use tokio::io::AsyncReadExt;
+                    let _ = stream.read_to_string(&mut stderr).await;
+                }
+                process.join().await.unwrap_or_else(|e| panic!("exec in {pod}: {e}: {stderr}"));
             }
         }
     }

@@ -34,7 +34,7 @@ fn ok(out: &Output) -> String {
 async fn the_plugin_does_what_its_help_says() {
     let s = Box::pin(Scenario::new("cli")).await;
     let image = if di_e2e::nodes::real_nodes() { di_e2e::nodes::REAL_IMAGE } else { "ding" };
-    let command = "until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
+    let command = di_e2e::nodes::WAIT_FOR_EXIT;
 
     // A bad job is refused before anything reaches the cluster, with the field named.
     let out = kubectl_di(&s, &["create", "-f", "manifests/examples/invalid.yaml"]).await;
