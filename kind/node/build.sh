@@ -106,4 +106,8 @@ if ! image_exists "$node_image"; then
   docker rm -f "$cid" >/dev/null
   trap - EXIT
 fi
+# Earlier builds' images only take disk.
+for stale in $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^di-kind/(node|base):' | grep -vxF -e "$node_image" -e "$base_image"); do
+  docker rmi "$stale" >/dev/null 2>&1 || true
+done
 echo "$node_image"

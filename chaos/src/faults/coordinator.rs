@@ -27,7 +27,9 @@ const COLLECTORS: i32 = 20;
 pub async fn run(plane: &Plane) -> anyhow::Result<Finding> {
     let world = World::new(plane, "coordinator").await?;
     let orchestrator = world.orchestrator("", &[]).await;
-    world.submit(JOB, COLLECTORS, json!({"cleanPodPolicy": "All"})).await?;
+    // Collectors whose failures end their pods (not restarted in place): the reconciler's to replace.
+    let collector = json!({"template": {"spec": {"restartPolicy": "Never"}}});
+    world.submit(JOB, COLLECTORS, json!({"cleanPodPolicy": "All", "collector": collector})).await?;
     let started = world.verdict(&[Expect::running(JOB, COLLECTORS)], Duration::from_secs(90), true).await?;
     if !started.lost.is_empty() {
         anyhow::bail!("the job did not start: {}", started.lost.join("; "));

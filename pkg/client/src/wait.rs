@@ -136,6 +136,26 @@ where
     answered.map_err(|_| Unanswered { last })
 }
 
+/// Waits until the orchestrator's admission webhook answers: a dry-run create of a DIJob in
+/// `namespace` goes through it (and through the API server's whole admission chain) and is
+/// accepted. Asks every `every` for at most `timeout`.
+pub async fn until_webhook_answers(
+    client: &kube::Client,
+    namespace: &str,
+    timeout: Duration,
+    every: Duration,
+) -> Result<(), Unanswered<kube::Error>> {
+    let job: DIJob = serde_json::from_value(serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "di-webhook-probe", "namespace": namespace},
+        "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "probe"}]}}}},
+    }))
+    .expect("the probe is a DIJob");
+    let api: Api<DIJob> = Api::namespaced(client.clone(), namespace);
+    let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+    probe(timeout, every, || api.create(&params, &job)).await.map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -181,24 +201,4 @@ mod tests {
         let never = probe(Duration::from_millis(2500), Duration::from_secs(1), || async { Err::<(), _>("no") }).await;
         assert_eq!(never.unwrap_err().last, Some("no"));
     }
-}
-
-/// Waits until the orchestrator's admission webhook answers: a dry-run create of a DIJob in
-/// `namespace` goes through it (and through the API server's whole admission chain) and is
-/// accepted. Asks every `every` for at most `timeout`.
-pub async fn until_webhook_answers(
-    client: &kube::Client,
-    namespace: &str,
-    timeout: Duration,
-    every: Duration,
-) -> Result<(), Unanswered<kube::Error>> {
-    let job: DIJob = serde_json::from_value(serde_json::json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": "di-webhook-probe", "namespace": namespace},
-        "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "probe"}]}}}},
-    }))
-    .expect("the probe is a DIJob");
-    let api: Api<DIJob> = Api::namespaced(client.clone(), namespace);
-    let params = kube::api::PostParams { dry_run: true, ..Default::default() };
-    probe(timeout, every, || api.create(&params, &job)).await.map(|_| ())
 }

@@ -208,6 +208,14 @@ impl SimulatedNodes {
     async fn exit(&self, namespace: &str, pod: &str, exit_code: i32) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let current = api.get(pod).await.unwrap_or_else(|e| panic!("pod {pod}: {e}"));
+        // A real kubelet restarts such a container in place and the pod never ends: a scenario
+        // that ends it here would pass on simulated nodes only.
+        let policy = current.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+        assert!(
+            policy == "Never" || (policy == "OnFailure" && exit_code == 0),
+            "pod {pod} has restartPolicy {policy}: a kubelet would restart its container after exit code {exit_code}, \
+             not end the pod; give the template restartPolicy Never"
+        );
         let now = Timestamp::now().to_string();
         let containers: Vec<_> = container_names(&current)
             .into_iter()
