@@ -41,7 +41,7 @@ if ! image_exists "$rootfs_image"; then
   say "importing the root filesystem as $rootfs_image"
   tar -C "$rootfs" --exclude=./.complete -c . | docker import - "$rootfs_image" >/dev/null
 fi
-base_key=$( (echo "$rootfs_key"; cd "$REPO_ROOT/kind" && find node host/runc-drop-sys-resource -type f | sort | xargs cat) | hash_of)
+base_key=$( (echo "$rootfs_key"; cd "$REPO_ROOT/kind" && find node/Dockerfile node/files host/runc-drop-sys-resource -type f | sort | xargs cat) | hash_of)
 base_image=di-kind/base:$base_key
 if ! image_exists "$base_image"; then
   say "building $base_image"
@@ -63,7 +63,7 @@ fi
 
 # 3. The images the node's containerd starts the control plane and add-ons from. Each is one
 # static binary in an empty image, but kube-proxy, which calls iptables.
-images=$work/images-$KUBERNETES_VERSION-$base_key
+images=$work/images-$KUBERNETES_VERSION-$rootfs_key
 mkdir -p "$images"
 component_image() { # component_image NAME REF BINARY [FROM]
   local name=$1 ref=$2 binary=$3 from=${4:-scratch} ctx
@@ -107,6 +107,7 @@ if ! image_exists "$node_image"; then
   trap - EXIT
 fi
 # Earlier builds' images only take disk.
+find "$work" -maxdepth 1 -name 'images-*' ! -path "$images" -exec rm -rf {} +
 for stale in $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^di-kind/(node|base):' | grep -vxF -e "$node_image" -e "$base_image"); do
   docker rmi "$stale" >/dev/null 2>&1 || true
 done
