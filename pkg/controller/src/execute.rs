@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::info;
 
+use crate::created::Kind;
 use crate::error::Error;
 use crate::pass::publish_on;
 use crate::plan::{Action, Why};
@@ -67,6 +68,7 @@ struct Done {
 /// Every action but the RBAC's, in order.
 async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
+    let uid = job.uid().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
@@ -75,9 +77,14 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             Action::CreateRbac(_) => {}
             Action::CreateService(service) => {
                 create(&services, service).await?;
+                ctx.created.wrote(&uid, Kind::Service, &service.name_any());
             }
             Action::CreatePod(pod) => {
-                if create(&pods, pod).await? {
+                let made = create(&pods, pod).await?;
+                // Created or found existing, either way it is there: no pass creates it again
+                // before the cache shows it.
+                ctx.created.wrote(&uid, Kind::Pod, &pod.name_any());
+                if made {
                     ctx.metrics.pods_created.inc();
                     created.push(pod.name_any());
                 }

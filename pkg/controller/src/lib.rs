@@ -1,6 +1,7 @@
 //! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`, `pace`) sit at the core; the
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
+pub mod created;
 pub mod desired;
 pub mod error;
 mod execute;

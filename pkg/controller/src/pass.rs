@@ -20,6 +20,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
 
+use crate::created::Kind;
 use crate::desired;
 use crate::error::Error;
 use crate::execute::execute;
@@ -78,6 +79,11 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
     ctx.marks.overlay(&namespace, &mut services);
 
+    // What the caches show, for the creations they have not shown yet (created.rs).
+    let cached_pods: BTreeSet<String> = pods.iter().map(|p| p.name_any()).chain(taken.iter().cloned()).collect();
+    let cached_services: BTreeSet<String> =
+        services.iter().map(|s| s.name_any()).chain(taken.iter().cloned()).collect();
+
     let (aggregator_config, missing) = aggregator_config(ctx, &job);
     let world = World {
         pods: pods.iter().collect(),
@@ -87,13 +93,28 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         missing_aggregator_config: missing,
         now: Timestamp::now(),
     };
-    let plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
+    let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
         Err(e) => {
             refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await?;
             return Ok(Requeue::await_change());
         }
     };
+
+    // What this process created and its caches do not show yet exists: creating it again would
+    // only be refused. Until the caches catch up, the status would describe a world without it.
+    let unseen_pods = ctx.created.unseen(&uid, Kind::Pod, &cached_pods);
+    let unseen_services = ctx.created.unseen(&uid, Kind::Service, &cached_services);
+    let planned = plan.actions.len();
+    let coordinator = names::coordinator(&job.name_any());
+    plan.actions.retain(|action| match action {
+        Action::CreatePod(pod) => !unseen_pods.contains(&pod.name_any()),
+        // The RBAC is made before its coordinator, so a coordinator that exists has it.
+        Action::CreateRbac(_) => !unseen_pods.contains(&coordinator),
+        Action::CreateService(service) => !unseen_services.contains(&service.name_any()),
+        _ => true,
+    });
+    let cache_behind = plan.actions.len() < planned;
 
     // A finished phase is recorded before the cleanup it triggers, so a crash in between cannot
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
@@ -104,12 +125,13 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         // deleted the coordinator) could bring a finished job's coordinator back.
         confirm_current(ctx, &job).await?;
     }
+
     let finishing = plan.status.phase.is_some_and(Phase::is_finished);
     let deferred = if finishing {
         let deferred = record_status(ctx, &job, &plan.status).await?;
         execute(ctx, &job, &plan.actions).await?;
         deferred
-    } else if execute(ctx, &job, &plan.actions).await? {
+    } else if execute(ctx, &job, &plan.actions).await? || cache_behind {
         // Should the pods' events be lost, the status still follows soon.
         Some(ctx.pacer.period.max(Duration::from_secs(1)))
     } else {

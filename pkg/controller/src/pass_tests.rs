@@ -82,6 +82,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         metrics: Arc::new(Metrics::new()),
         pacer: Pacer::new(Duration::from_secs(1)),
         marks,
+        created: Default::default(),
         retries: Default::default(),
     })
 }
@@ -426,4 +427,21 @@ async fn an_invalid_edit_of_a_running_job_keeps_it_running_as_it_was() {
     let cleared =
         writes[0]["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "InvalidSpec").cloned();
     assert_eq!(cleared.unwrap()["status"], "False");
+}
+
+#[tokio::test]
+async fn a_pass_before_the_caches_show_its_creations_creates_nothing_twice() {
+    let job = job(2, "Running", None);
+    let (client, recorded) = fake_api_server(&job);
+    let ctx = context(client, vec![], vec![]);
+    reconcile(view_of(&job), ctx.clone()).await.unwrap();
+    let all = ["job-coordinator", "job-collector-0", "job-collector-1"];
+    assert_eq!(calls(&recorded, "POST", "pods"), all);
+    // The pods' events bring the next pass before the caches hold the pods: nothing again, and
+    // no status that describes a world without them.
+    reconcile(view_of(&job), ctx.clone()).await.unwrap();
+    assert_eq!(calls(&recorded, "POST", "pods"), all, "each pod created once");
+    assert_eq!(calls(&recorded, "POST", "services").len(), 3, "each service created once");
+    assert_eq!(calls(&recorded, "POST", "rolebindings"), ["job-replicas"], "the RBAC too");
+    assert!(status_writes(&recorded).is_empty());
 }

@@ -13,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
+use crate::created::Created;
 use crate::desired::{self, Settings, managed_selector};
 use crate::error::{Error, Retries};
 use crate::index::JobIndex;
@@ -43,6 +44,8 @@ pub struct Context {
     pub pacer: Pacer,
     /// Restart marks written and not yet seen in the service cache.
     pub marks: Arc<Marks>,
+    /// Pods and services created and not yet seen in the caches.
+    pub created: Created,
     /// Failed passes in a row, per job.
     pub retries: Retries,
 }
@@ -122,6 +125,7 @@ pub async fn run(
         metrics,
         pacer: Pacer::new(options.status_period),
         marks: Arc::default(),
+        created: Created::default(),
         retries: Retries::default(),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
