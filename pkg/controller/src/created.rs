@@ -18,9 +18,12 @@ pub enum Kind {
     Service,
 }
 
+/// One job's creations not yet seen, with when each was made.
+type Unseen = HashMap<(Kind, String), Instant>;
+
 /// Names created by this process and not yet seen in its caches, by job UID.
 #[derive(Default)]
-pub struct Created(Mutex<HashMap<String, HashMap<(Kind, String), Instant>>>);
+pub struct Created(Mutex<HashMap<String, Unseen>>);
 
 impl Created {
     /// Records that `name` of `kind` exists for the job (created now, or found existing).
