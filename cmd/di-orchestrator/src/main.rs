@@ -185,9 +185,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         start_webhooks(&client, &args.webhook, addr, until_stopped(stopped.clone())).await?;
     }
     // Ready once the webhooks serve and the API server answers for DIJobs (reachable, CRD
-    // installed), leader or not: a standby replica is healthy too.
-    kube::Api::<di_api::DIJob>::all(client.clone())
-        .list_metadata(&kube::api::ListParams::default().limit(1))
+    // installed), leader or not: a standby replica is healthy too. Asked where this replica
+    // reconciles, so one namespace's orchestrator needs no cluster-wide read of jobs.
+    let jobs = match &args.namespace {
+        Some(namespace) => kube::Api::<di_api::DIJob>::namespaced(client.clone(), namespace),
+        None => kube::Api::<di_api::DIJob>::all(client.clone()),
+    };
+    jobs.list_metadata(&kube::api::ListParams::default().limit(1))
         .await
         .context("listing DIJobs: are the CRDs installed?")?;
     ready.store(true, Ordering::Relaxed);
