@@ -57,4 +57,18 @@ if [[ -n $deployed && $(cat "$STATE_DIR/orchestrator-image" 2>/dev/null) != "$im
 fi
 echo "$image_id" >"$STATE_DIR/orchestrator-image"
 "$kubectl" -n di-system rollout status deployment/di-orchestrator --timeout=180s
+# Ready pods are not yet a webhook that answers: their addresses reach kube-proxy's rules a moment
+# later. Done when a dry-run DIJob passes the webhook 12 times in a row.
+probe='{"apiVersion":"diengine.opendilab.org/v1alpha1","kind":"DIJob","metadata":{"name":"di-webhook-probe","namespace":"di-system"},"spec":{"coordinator":{"template":{"spec":{"containers":[{"name":"di-container","image":"probe"}]}}}}}'
+answered=0
+for _ in $(seq 480); do
+  if echo "$probe" | "$kubectl" create --dry-run=server -f - >/dev/null 2>&1; then
+    answered=$((answered + 1))
+    ((answered >= 12)) && break
+  else
+    answered=0
+  fi
+  sleep 0.25
+done
+((answered >= 12)) || die "the orchestrator's webhook did not answer steadily within 2 minutes"
 say "deployed in $((SECONDS - start)) s; KUBECONFIG=$KUBECONFIG"
