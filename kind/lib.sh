@@ -6,6 +6,7 @@
 KIND_VERSION=v0.33.0
 KUBERNETES_VERSION=v1.34.4
 HELM_VERSION=v3.21.4
+COREDNS_VERSION=v1.12.1   # what kubeadm $KUBERNETES_VERSION deploys
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER_NAME=${KIND_CLUSTER:-di-orchestrator}

@@ -11,7 +11,6 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 release=${1:?usage: build.sh RELEASE_DIR}
-COREDNS_VERSION=v1.12.1   # what kubeadm $KUBERNETES_VERSION deploys
 ETCD_TAG=3.6.5-0          # kubeadm's etcd image tag; hack/controlplane pins etcd v3.6.5
 PAUSE_TAG=3.10.1          # kubeadm's pause; kind/node/files/etc/containerd/config.toml names it
 DEBIAN_SUITE=bookworm
@@ -49,13 +48,9 @@ if ! image_exists "$base_image"; then
 fi
 
 # 2. Binaries that are not Kubernetes': CoreDNS and pause.
+coredns=$("$REPO_ROOT/kind/host/tool.sh" coredns)
 tools=$work/tools
 mkdir -p "$tools"
-if [[ ! -x $tools/coredns-$COREDNS_VERSION ]]; then
-  say "building CoreDNS $COREDNS_VERSION from its Go module"
-  (cd "$tools" && CGO_ENABLED=0 GOBIN="$tools/gobin" go install -trimpath -ldflags="-s -w" "github.com/coredns/coredns@$COREDNS_VERSION")
-  mv "$tools/gobin/coredns" "$tools/coredns-$COREDNS_VERSION"
-fi
 pause_key=$(cat "$REPO_ROOT"/kind/images/pause/* | hash_of)
 if [[ ! -x $tools/pause-$pause_key ]]; then
   (cd "$REPO_ROOT/kind/images/pause" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$tools/pause-$pause_key" .)
@@ -82,7 +77,7 @@ for c in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 component_image kube-proxy "registry.k8s.io/kube-proxy:$KUBERNETES_VERSION" "$release/kube-proxy" "$rootfs_image"
 component_image etcd "registry.k8s.io/etcd:$ETCD_TAG" "$release/etcd"
-component_image coredns "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$tools/coredns-$COREDNS_VERSION"
+component_image coredns "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$coredns"
 component_image pause "registry.k8s.io/pause:$PAUSE_TAG" "$tools/pause-$pause_key"
 
 # 4. The node: the base with the binaries in /usr/bin and the images in containerd's store (kind's
