@@ -31,9 +31,9 @@ if [[ -z $node_image ]]; then
   else
     say "kind's public node image cannot be had here: building one offline"
     node_image=$(kind/node/build.sh "$release")
-    config=kind/cluster-offline.yaml
   fi
 fi
+# Our offline node image brings its own network, not kindnet.
 [[ $node_image == di-kind/* ]] && config=kind/cluster-offline.yaml
 
 if ! "$kind_bin" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then

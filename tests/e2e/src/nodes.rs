@@ -28,7 +28,7 @@ pub enum Nodes {
     Real(Client),
 }
 
-/// The image of the replicas' main containers on real nodes: a static busybox that kind/up.sh
+/// The image of the replicas' main containers on real nodes: Debian's busybox, which kind/up.sh
 /// builds and loads (no registry is asked for it).
 pub const REAL_IMAGE: &str = "di-e2e/busybox:1.35";
 

@@ -1,5 +1,6 @@
 //! The coordinator and the replica endpoint that runs beside it: the sidecar (a native one, so
-//! the pod ends with the coordinator), where it answers, and the identity the coordinator's pod runs as so the sidecar may patch its job.
+//! the pod ends with the coordinator), where it answers, and the identity the coordinator's pod
+//! runs as so the sidecar may patch its job.
 
 use std::collections::BTreeMap;
 
