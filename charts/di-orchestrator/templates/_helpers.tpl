@@ -148,7 +148,7 @@ namespaceSelector:
 {{- end }}
 rules:
 - apiGroups: ["diengine.opendilab.org"]
-  apiVersions: ["v1alpha1"]
+  apiVersions: ["v1alpha1", "v2alpha1"]
   operations: ["CREATE", "UPDATE"]
   resources: ["dijobs", "aggregatorconfigs"]
   scope: Namespaced

@@ -70,6 +70,9 @@ struct ServeArgs {
     /// AggregatorConfig (namespace/name) for jobs that name none.
     #[arg(long, default_value = "di-system/aggregator-config")]
     default_aggregator_config: String,
+    /// The cluster's DNS domain, in the FQDNs a task job's pods find each other by (`DI_NODES`).
+    #[arg(long, env = "DI_CLUSTER_DOMAIN", default_value = di_api::tasks::DEFAULT_CLUSTER_DOMAIN)]
+    cluster_domain: String,
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     restart_backoff_seconds: f64,
@@ -201,6 +204,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             replicas_image: args.replicas_image,
             max_gpus_per_pod: args.max_gpus_per_pod,
             default_aggregator_config: args.default_aggregator_config,
+            cluster_domain: args.cluster_domain,
         },
         restart_backoff: Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0)),
         concurrency: args.concurrency,

@@ -8,8 +8,10 @@ use std::fmt;
 
 /// API group of both custom resources.
 pub const GROUP: &str = "diengine.opendilab.org";
-/// The only served and stored version.
+/// The stored version, and the one DI-orchestrator 0.2 served.
 pub const VERSION: &str = "v1alpha1";
+/// DI-orchestrator 1.x's version, served with the same schema (see docs/TASKS.md).
+pub const TASKS_VERSION: &str = "v2alpha1";
 
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
 pub mod labels {

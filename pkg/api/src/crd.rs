@@ -1,8 +1,22 @@
 //! The CustomResourceDefinitions generated from the types, as checked in under `manifests/crds/`.
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+use crate::contract::TASKS_VERSION;
 use crate::{AggregatorConfig, DIJob};
+
+/// The DIJob CRD: one schema, stored as `v1alpha1` and served under that version (0.2's) and
+/// `v2alpha1` (1.x's) with no conversion, so an object reads back whole under either version.
+/// Why no conversion webhook: docs/TASKS.md.
+pub fn dijob_crd() -> CustomResourceDefinition {
+    let mut crd = DIJob::crd();
+    let mut tasks = crd.spec.versions[0].clone();
+    tasks.name = TASKS_VERSION.to_owned();
+    tasks.storage = false;
+    crd.spec.versions.push(tasks);
+    crd
+}
 
 /// Client-side `kubectl apply` keeps the whole object in an annotation of at most this size.
 pub const LAST_APPLIED_LIMIT: usize = 256 * 1024;
@@ -27,7 +41,7 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
     let header = "# Generated from pkg/api by `make manifests`; do not edit.\n";
     let yaml = |crd| format!("{header}{}", serde_yaml::to_string(&crd).expect("a CRD serialises to YAML"));
     vec![
-        ("diengine.opendilab.org_dijobs.yaml", yaml(DIJob::crd())),
+        ("diengine.opendilab.org_dijobs.yaml", yaml(dijob_crd())),
         ("diengine.opendilab.org_aggregatorconfigs.yaml", yaml(AggregatorConfig::crd())),
     ]
 }

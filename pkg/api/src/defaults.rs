@@ -7,6 +7,8 @@ use crate::aggregator_config::AggregatorConfig;
 use crate::contract::{PORT_NAME, Role};
 use crate::dijob::DIJob;
 use crate::resources::{di_port, main_container_index};
+use crate::task::{JobRestartPolicy, Priority, TaskSpec, TaskType};
+use crate::tasks::DEFAULT_BACKOFF_LIMIT;
 
 /// How a finished job's pods are cleaned up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +73,31 @@ pub fn default_dijob(job: &mut DIJob) {
     }
     if let Some(learner) = spec.learner.as_mut() {
         default_template(&mut learner.template, Role::Learner);
+    }
+    if let Some(tasks) = spec.tasks.as_mut() {
+        default_tasks(tasks);
+        spec.backoff_limit.get_or_insert(DEFAULT_BACKOFF_LIMIT);
+        spec.restart_policy.get_or_insert(JobRestartPolicy::Pod);
+        spec.priority.get_or_insert(Priority::Normal);
+    }
+}
+
+/// A task without a name takes its type's (as in DI-orchestrator 1.x), replicas default to 1,
+/// and pods to `restartPolicy: Never`: the orchestrator replaces a failed pod itself, under the
+/// same name, and counts it; a restart in place would hide the failure.
+fn default_tasks(tasks: &mut [TaskSpec]) {
+    for task in tasks {
+        if task.name.as_deref().is_none_or(str::is_empty)
+            && let Some(type_) = task.type_.filter(|t| *t != TaskType::None)
+        {
+            task.name = Some(type_.as_str().to_owned());
+        }
+        task.replicas.get_or_insert(1);
+        if let Some(pod) = task.template.spec.as_mut()
+            && pod.restart_policy.is_none()
+        {
+            pod.restart_policy = Some("Never".into());
+        }
     }
 }
 

@@ -18,10 +18,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::Role;
 use crate::schema;
+use crate::task::{JobRestartPolicy, Priority, TaskSpec};
 
-/// A distributed reinforcement-learning job: one coordinator, any number of collectors and
-/// logic learners. The coordinator's exit decides the job's phase; collectors and learners are
-/// replaced when they fail.
+/// A distributed reinforcement-learning job, in one of two forms: DI-orchestrator 0.2's roles (one
+/// coordinator, any number of collectors and logic learners; the coordinator's exit decides the
+/// job's phase) or 1.x's tasks (named groups of workers that find each other through `DI_NODES`).
+/// Failed collectors, learners and task pods are replaced.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "diengine.opendilab.org",
@@ -33,24 +35,34 @@ use crate::schema;
     status = "DIJobStatus",
     derive = "PartialEq",
     derive = "Default",
-    doc = "A distributed reinforcement-learning job of DI-engine: a coordinator, collectors and learners.",
+    doc = "A distributed reinforcement-learning job of DI-engine: a coordinator, collectors and learners, or a list of tasks.",
     printcolumn(
         name = "Phase",
         type_ = "string",
         json_path = ".status.phase",
-        description = "Created, Running, Succeeded, Failed or Unknown"
+        description = "Where the job is in its life"
+    ),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas", description = "Pods ready"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicas", description = "Pods wanted"),
+    printcolumn(
+        name = "Restarts",
+        type_ = "integer",
+        json_path = ".status.restarts",
+        description = "Failed pods replaced"
     ),
     printcolumn(
         name = "Collectors",
         type_ = "string",
         json_path = ".status.collectors",
-        description = "ready/desired collectors"
+        description = "ready/desired collectors",
+        priority = "1"
     ),
     printcolumn(
         name = "Learners",
         type_ = "string",
         json_path = ".status.learners",
-        description = "ready/desired logic learners"
+        description = "ready/desired logic learners",
+        priority = "1"
     ),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
@@ -105,6 +117,30 @@ pub struct DIJobSpec {
     /// and everything it owns with it. Unset keeps the job until it is deleted by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<i32>,
+
+    /// The job's workers as tasks (DI-orchestrator 1.x): each task a group of identical pods.
+    /// A job has either tasks or roles (coordinator, collector, learner), never both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<Vec<TaskSpec>>,
+
+    /// Task jobs: `normal` (default) or `high`; kept from DI-orchestrator 1.x, which used it to
+    /// order allocation. Pods take their priority from `priorityClassName` and their templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+
+    /// Task jobs: how many failed pods are replaced before the job fails (default 3). Each
+    /// replacement waits longer than the last (exponential backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
+
+    /// Task jobs: whether the job may be preempted (DI-orchestrator 1.x; kept, not acted on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptible: Option<bool>,
+
+    /// Task jobs: `Pod` (default) replaces only a failed pod, under the same name; `Job` replaces
+    /// every pod of the job in one step, for workers that cannot survive a peer's restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<JobRestartPolicy>,
 }
 
 /// The coordinator role.
@@ -186,18 +222,43 @@ pub struct DIJobStatus {
     /// Ready and desired logic learners as `ready/desired`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learners: Option<String>,
+
+    /// Pods the job wants now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// Pods of the job that are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+
+    /// Failed pods replaced so far (task jobs: counted against `spec.backoffLimit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarts: Option<i32>,
+
+    /// Task jobs: pod counts per task, by pod phase (`Pending`, `Running`, `Succeeded`, `Failed`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub task_status: BTreeMap<String, BTreeMap<String, i32>>,
 }
 
-/// Phase of a DIJob, driven by its coordinator pod.
+/// Phase of a DIJob. A role job's follows its coordinator pod (Created, Running, Succeeded,
+/// Failed, Unknown); a task job's follows all its pods as in DI-orchestrator 1.x (Pending,
+/// Starting, Running, Restarting, Succeeded, Failed).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum Phase {
+    /// Task jobs: not every pod has been created yet.
+    Pending,
+    /// Task jobs: every pod exists, not all run yet.
+    Starting,
+    /// Task jobs: failed pods are being replaced, or the pods rebuilt after a task was scaled.
+    Restarting,
     /// Submitted; the coordinator exists but is not running yet.
     Created,
-    /// The coordinator is running.
+    /// The coordinator is running (task jobs: every pod is running).
     Running,
-    /// The coordinator exited successfully.
+    /// The coordinator exited successfully (task jobs: every pod of the deciding tasks did).
     Succeeded,
-    /// The coordinator failed, or the job could not be run.
+    /// The coordinator failed, or the job could not be run (task jobs: more failures than
+    /// `spec.backoffLimit`).
     Failed,
     /// The coordinator's state cannot be observed.
     Unknown,
@@ -286,6 +347,11 @@ impl DIJobSpec {
     /// Desired logic learners (0 when the role or the count is absent).
     pub fn learner_replicas(&self) -> i32 {
         self.learner.as_ref().and_then(|l| l.replicas).unwrap_or(0)
+    }
+
+    /// Whether the job is described by tasks rather than roles.
+    pub fn is_task_job(&self) -> bool {
+        self.tasks.is_some()
     }
 
     pub fn is_suspended(&self) -> bool {

@@ -11,6 +11,8 @@ pub mod manifest;
 pub mod pod;
 pub mod resources;
 mod schema;
+pub mod task;
+pub mod tasks;
 pub mod validation;
 
 pub use aggregator_config::{AggregatorConfig, AggregatorConfigSpec, AggregatorSpec};
@@ -18,4 +20,5 @@ pub use contract::Role;
 pub use dijob::{
     CollectorSpec, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec, Phase, ReplicaStatus,
 };
+pub use task::{JobRestartPolicy, Priority, TaskSpec, TaskType};
 pub use validation::{FieldError, ValidationErrors};

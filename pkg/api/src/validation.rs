@@ -10,12 +10,13 @@ use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::aggregator_config::AggregatorConfig;
-use crate::contract::{MAX_GPUS_PER_LEARNER, MAX_REPLICAS, Role, names};
+use crate::contract::{DNS_LABEL_MAX, MAX_GPUS_PER_LEARNER, MAX_REPLICAS, Role, names};
 use crate::defaults::{CleanPodPolicy, default_dijob};
 use crate::dijob::DIJob;
 
 mod naming;
 mod pod;
+mod tasks;
 
 use naming::{dns1035_problem, dns1123_label_problem, dns1123_subdomain_problem, quoted};
 use pod::check_template;
@@ -67,7 +68,7 @@ impl Errors {
 /// Validates a DIJob on create (and the new object on update).
 pub fn validate_dijob(job: &DIJob) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
-    check_job_name(&job.metadata, &mut errs);
+    check_job_name(&job.metadata, job.spec.is_task_job(), &mut errs);
     let spec = &job.spec;
 
     if let Some(policy) = spec.clean_pod_policy.as_deref()
@@ -88,31 +89,10 @@ pub fn validate_dijob(job: &DIJob) -> Result<(), ValidationErrors> {
 
     let job_volumes = check_volumes("spec.volumes", spec.volumes.as_deref().unwrap_or_default(), &mut errs);
 
-    if spec.coordinator.is_none() {
-        errs.add(
-            "spec.coordinator",
-            "Required value: every DIJob needs a coordinator; add spec.coordinator.template with its container",
-        );
-    }
-    for role in spec.role_templates() {
-        check_template(&format!("{}.template", role.path), role.template, role.role, Some(&job_volumes), &mut errs);
-    }
-    if let Some(collector) = &spec.collector {
-        check_replicas("spec.collector.replicas", collector.replicas, &mut errs);
-    }
-    if let Some(learner) = &spec.learner {
-        check_replicas("spec.learner.replicas", learner.replicas, &mut errs);
-        if let Some(gpus) = learner.gpus
-            && !(0..=MAX_GPUS_PER_LEARNER).contains(&gpus)
-        {
-            errs.add(
-                "spec.learner.gpus",
-                format!("Invalid value: {gpus}: GPUs per learner must be between 0 and {MAX_GPUS_PER_LEARNER}"),
-            );
-        }
-        if let Some(reference) = learner.aggregator_config.as_deref() {
-            check_object_reference("spec.learner.aggregatorConfig", reference, &mut errs);
-        }
+    if spec.is_task_job() {
+        tasks::check_task_job(job, &job_volumes, &mut errs);
+    } else {
+        check_roles(spec, &job_volumes, &mut errs);
     }
     for (path, value) in
         [("spec.restartLimit", spec.restart_limit), ("spec.ttlSecondsAfterFinished", spec.ttl_seconds_after_finished)]
@@ -122,6 +102,55 @@ pub fn validate_dijob(job: &DIJob) -> Result<(), ValidationErrors> {
         {
             errs.add(path, format!("Invalid value: {v}: must be 0 or more (leave it unset for no limit)"));
         }
+    }
+    errs.into_result()
+}
+
+/// Checks a role job's roles (DI-orchestrator 0.2's form).
+fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &mut Errors) {
+    tasks::check_role_job_has_no_task_fields(spec, errs);
+    if spec.coordinator.is_none() {
+        errs.add(
+            "spec.coordinator",
+            "Required value: every DIJob needs a coordinator (or, as a task job, spec.tasks); add spec.coordinator.template with its container",
+        );
+    }
+    for role in spec.role_templates() {
+        let path = format!("{}.template", role.path);
+        check_template(&path, role.template, Some(role.role), Some(job_volumes), errs);
+    }
+    if let Some(collector) = &spec.collector {
+        check_replicas("spec.collector.replicas", collector.replicas, errs);
+    }
+    if let Some(learner) = &spec.learner {
+        check_replicas("spec.learner.replicas", learner.replicas, errs);
+        if let Some(gpus) = learner.gpus
+            && !(0..=MAX_GPUS_PER_LEARNER).contains(&gpus)
+        {
+            errs.add(
+                "spec.learner.gpus",
+                format!("Invalid value: {gpus}: GPUs per learner must be between 0 and {MAX_GPUS_PER_LEARNER}"),
+            );
+        }
+        if let Some(reference) = learner.aggregator_config.as_deref() {
+            check_object_reference("spec.learner.aggregatorConfig", reference, errs);
+        }
+    }
+}
+
+/// Validates a DIJob as received under an API version: a `v2alpha1` job (DI-orchestrator 1.x's
+/// version) is always a task job.
+pub fn validate_dijob_as(job: &DIJob, version: &str) -> Result<(), ValidationErrors> {
+    let mut errs = Errors(validate_dijob(job).err().map(|e| e.0).unwrap_or_default());
+    if version == crate::contract::TASKS_VERSION && !job.spec.is_task_job() {
+        errs.add(
+            "spec.tasks",
+            format!(
+                "Required value: a {} DIJob describes its workers as tasks; add spec.tasks, or submit the roles as {}",
+                crate::contract::TASKS_VERSION,
+                crate::contract::VERSION
+            ),
+        );
     }
     errs.into_result()
 }
@@ -136,6 +165,11 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
     let (o, n) = (&old.spec, &new.spec);
 
     const RECREATE: &str = "delete and re-create the DIJob to change it";
+    if o.is_task_job() != n.is_task_job() {
+        errs.add("spec.tasks", format!("Forbidden: a job cannot switch between roles and tasks; {RECREATE}"));
+        return errs.into_result();
+    }
+    tasks::check_task_update(o, n, &mut errs);
     if o.group != n.group {
         errs.add("spec.group", format!("Forbidden: the group is immutable; {RECREATE}"));
     }
@@ -190,13 +224,25 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
 pub fn validate_aggregator_config(config: &AggregatorConfig) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
     // The job's volumes join the aggregator's pod, so mounts are checked against each job instead.
-    check_template("spec.aggregator.template", &config.spec.aggregator.template, Role::Aggregator, None, &mut errs);
+    check_template(
+        "spec.aggregator.template",
+        &config.spec.aggregator.template,
+        Some(Role::Aggregator),
+        None,
+        &mut errs,
+    );
     errs.into_result()
 }
 
-fn check_job_name(meta: &ObjectMeta, errs: &mut Errors) {
-    let max = names::max_job_name_len();
-    let why = "every pod of the job gets a Service of its own name";
+fn check_job_name(meta: &ObjectMeta, task_job: bool, errs: &mut Errors) {
+    // A task job's pods share one Service, `di-<name>`; each task's pod names are checked with
+    // the task. A role job's longest derived name is a DDP learner's.
+    let max = if task_job { DNS_LABEL_MAX - crate::tasks::subdomain("").len() } else { names::max_job_name_len() };
+    let (why, longest) = if task_job {
+        ("the job's pods share the Service di-<name>", "di-<name>")
+    } else {
+        ("every pod of the job gets a Service of its own name", "<name>-ddp-learner-<index>-<rank>")
+    };
     match (meta.name.as_deref(), meta.generate_name.as_deref()) {
         (Some(name), _) if !name.is_empty() => {
             if let Some(problem) = dns1035_problem(name) {
@@ -205,8 +251,8 @@ fn check_job_name(meta: &ObjectMeta, errs: &mut Errors) {
                 errs.add(
                     "metadata.name",
                     format!(
-                        "Too long: {name:?} has {} characters; the job's pods and Services are named \
-                         <name>-ddp-learner-<index>-<rank>, which must fit in 63 characters, so use at most {max}",
+                        "Too long: {name:?} has {} characters; the job's objects are named {longest}, \
+                         which must fit in 63 characters, so use at most {max}",
                         name.len()
                     ),
                 );

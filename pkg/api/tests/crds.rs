@@ -42,10 +42,17 @@ fn crds_describe_the_resources() {
         let version = &crd.spec.versions[0];
         assert_eq!((version.name.as_str(), version.served, version.storage), ("v1alpha1", true, true));
     }
-    let dijob = &crds[0].spec.versions[0];
-    assert!(dijob.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "status subresource");
-    let columns: Vec<_> = dijob.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
-    assert_eq!(columns, ["Phase", "Collectors", "Learners", "Suspended", "Age"]);
+    // One schema under 0.2's version (stored) and 1.x's (served only): a round trip through
+    // either loses nothing, and no conversion webhook stands between them.
+    let versions: Vec<_> = crds[0].spec.versions.iter().map(|v| (v.name.as_str(), v.served, v.storage)).collect();
+    assert_eq!(versions, [("v1alpha1", true, true), ("v2alpha1", true, false)]);
+    assert_eq!(crds[0].spec.versions[0].schema, crds[0].spec.versions[1].schema);
+    assert!(crds[0].spec.conversion.as_ref().is_none_or(|c| c.strategy == "None"));
+    for dijob in &crds[0].spec.versions {
+        assert!(dijob.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(), "status subresource");
+        let columns: Vec<_> = dijob.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(columns, ["Phase", "Ready", "Replicas", "Restarts", "Collectors", "Learners", "Suspended", "Age"]);
+    }
 }
 
 /// What `kubectl explain` prints for our own fields: every property outside the embedded

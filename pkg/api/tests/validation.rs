@@ -89,7 +89,7 @@ fn each_rule_rejects_with_field_and_fix() {
             "no coordinator",
             |j| j.spec.coordinator = None,
             "spec.coordinator",
-            "every DIJob needs a coordinator; add spec.coordinator.template",
+            "every DIJob needs a coordinator (or, as a task job, spec.tasks); add spec.coordinator.template",
         ),
         (
             "coordinator template without spec",
@@ -137,7 +137,7 @@ fn each_rule_rejects_with_field_and_fix() {
             "name too long for derived names",
             |j| j.metadata.name = Some("a".repeat(44)),
             "metadata.name",
-            "has 44 characters; the job's pods and Services are named <name>-ddp-learner-<index>-<rank>, which must fit in 63 characters, so use at most 43",
+            "has 44 characters; the job's objects are named <name>-ddp-learner-<index>-<rank>, which must fit in 63 characters, so use at most 43",
         ),
         (
             "name with a dot",

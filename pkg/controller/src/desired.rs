@@ -5,11 +5,13 @@
 //! Here: which replicas a job has, and any replica built from its template under the pod
 //! contract. What only some replicas have lives next door: the coordinator's replica-endpoint
 //! sidecar (`sidecar`), that sidecar's ServiceAccount, Role and RoleBinding (`rbac`), and a
-//! multi-GPU learner's aggregator and DDP learners (`ddp`).
+//! multi-GPU learner's aggregator and DDP learners (`ddp`); and a task job's pods and Service
+//! (`tasks`).
 
 mod ddp;
 mod rbac;
 mod sidecar;
+mod tasks;
 
 use std::collections::BTreeMap;
 
@@ -27,6 +29,7 @@ use kube::{Resource, ResourceExt};
 // The rule is di-api's, shared with the replica endpoint; re-exported for this crate's callers.
 use di_api::resources::needs_aggregator;
 pub use rbac::{Rbac, rbac};
+pub use tasks::{TaskObjects, TaskPod, task_objects};
 
 /// How this orchestrator builds pods; the same for every job.
 #[derive(Clone, Debug)]
@@ -37,6 +40,8 @@ pub struct Settings {
     pub max_gpus_per_pod: i32,
     /// AggregatorConfig (`namespace/name`) for jobs that name none.
     pub default_aggregator_config: String,
+    /// DNS domain of the cluster, in task pods' FQDNs.
+    pub cluster_domain: String,
 }
 
 impl Default for Settings {
@@ -45,6 +50,7 @@ impl Default for Settings {
             replicas_image: "opendilab/di-orchestrator:latest".into(),
             max_gpus_per_pod: 8,
             default_aggregator_config: "di-system/aggregator-config".into(),
+            cluster_domain: di_api::tasks::DEFAULT_CLUSTER_DOMAIN.into(),
         }
     }
 }

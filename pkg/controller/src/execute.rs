@@ -159,6 +159,8 @@ fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
         (Why::Cleanup, "CleanedUp"),
         (Why::AggregatorFailed, "AggregatorFailed"),
         (Why::Reported, "ReportedFailed"),
+        (Why::Rebuilt, "Rebuilt"),
+        (Why::JobRestart, "JobRestarted"),
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {

@@ -14,5 +14,6 @@ pub mod plan;
 pub mod reconciler;
 pub mod restarts;
 pub mod status;
+pub mod tasks;
 pub mod timing;
 pub mod view;

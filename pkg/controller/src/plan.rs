@@ -71,6 +71,10 @@ pub enum Why {
     Reported,
     Suspended,
     Cleanup,
+    /// A task job's peer set changed (a task was scaled): every pod is built again.
+    Rebuilt,
+    /// A task job with `restartPolicy: Job` replaces every pod when one fails.
+    JobRestart,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +96,9 @@ pub fn backoff(base: Duration, restarts: u32) -> Duration {
 
 /// Decides a pass for a defaulted, valid job.
 pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Duration) -> Result<Plan, BuildError> {
+    if job.spec.is_task_job() {
+        return crate::tasks::plan(job, world, settings, restart_backoff);
+    }
     let name = job.name_any();
     let pods: BTreeMap<String, &Pod> = world.pods.iter().map(|p| (p.name_any(), *p)).collect();
     let services: BTreeMap<String, &Service> = world.services.iter().map(|s| (s.name_any(), *s)).collect();
@@ -137,6 +144,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     } else {
         let wanted = desired::replicas(job, world.aggregator_config, settings)?;
         let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();
+        facts.replicas = wanted.len();
         let limit = job.spec.restart_limit;
         let reported: BTreeSet<(String, String)> = job
             .annotations()
@@ -232,6 +240,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         }
     }
 
+    facts.restarts = services.values().map(|s| restarts_of(s)).sum();
     let status = status::compute(job, &world.pods, &facts, world.now);
     if phase.is_finished()
         && let Some(ttl) = job.spec.ttl_seconds_after_finished
@@ -258,22 +267,24 @@ fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
         Phase::Succeeded => ("CoordinatorSucceeded", "the coordinator exited successfully".to_string()),
         Phase::Failed => ("CoordinatorFailed", format!("the coordinator failed{pod_message}")),
         Phase::Unknown => ("CoordinatorUnknown", "the coordinator's state cannot be observed".to_string()),
+        // A task job's phases (see tasks.rs); a role job never has them.
+        Phase::Pending | Phase::Starting | Phase::Restarting => ("", String::new()),
     };
     (reason.into(), message)
 }
 
-fn delete_pod(pod: &Pod, why: Why) -> Action {
+pub(crate) fn delete_pod(pod: &Pod, why: Why) -> Action {
     Action::DeletePod { name: pod.name_any(), uid: pod.uid().unwrap_or_default(), why }
 }
 
-fn delete_service(service: &Service) -> Action {
+pub(crate) fn delete_service(service: &Service) -> Action {
     Action::DeleteService { name: service.name_any(), uid: service.uid().unwrap_or_default() }
 }
 
-fn restarts_of(service: &Service) -> u32 {
+pub(crate) fn restarts_of(service: &Service) -> u32 {
     service.annotations().get(annotations::RESTARTS).and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
-fn restart_after(service: &Service) -> Option<Timestamp> {
+pub(crate) fn restart_after(service: &Service) -> Option<Timestamp> {
     service.annotations().get(annotations::RESTART_AFTER)?.parse().ok()
 }

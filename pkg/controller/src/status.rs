@@ -1,4 +1,7 @@
-//! The job's status, recomputed from its pods on every pass: phase, conditions, counts.
+//! The job's status, recomputed from its pods on every pass: phase, conditions, counts. What
+//! differs for a task job is in `status/tasks.rs`.
+
+mod tasks;
 
 use std::collections::BTreeMap;
 
@@ -70,6 +73,13 @@ pub struct Facts {
     pub missing_aggregator_config: Option<String>,
     /// Replicas whose names are held by objects another controller owns.
     pub names_taken: Vec<String>,
+    /// Pods the job wants now.
+    pub replicas: usize,
+    /// Failed pods replaced so far.
+    pub restarts: u32,
+    /// Task jobs: the peer set pods are built for now; a pod built for another counts as not
+    /// ready.
+    pub peers: Option<String>,
 }
 
 /// Computes the status from the job's pods and the facts of this pass. Transition times move only
@@ -79,17 +89,10 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
     let mut conditions = previous.conditions.clone();
     let phase = facts.phase.or(previous.phase).unwrap_or(Phase::Created);
     let (reason, message) = &facts.phase_reason;
-    set_condition(&mut conditions, "Created", true, "JobCreated", "the job's coordinator is created", now);
-    match phase {
-        Phase::Running => set_condition(&mut conditions, "Running", true, reason, message, now),
-        Phase::Succeeded | Phase::Failed => {
-            if conditions.iter().any(|c| c.type_ == "Running") {
-                set_condition(&mut conditions, "Running", false, "JobFinished", "the job has finished", now);
-            }
-            let kind = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
-            set_condition(&mut conditions, kind, true, reason, message, now);
-        }
-        Phase::Created | Phase::Unknown => {}
+    if job.spec.is_task_job() {
+        tasks::phase_conditions(&mut conditions, phase, reason, message, now);
+    } else {
+        role_phase_conditions(&mut conditions, phase, reason, message, now);
     }
     if facts.suspended || conditions.iter().any(|c| c.type_ == SUSPENDED) {
         let (r, m) = if facts.suspended {
@@ -132,6 +135,46 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         set_condition(&mut conditions, INVALID_SPEC, false, "SpecValid", "", now);
     }
 
+    let mut status = DIJobStatus {
+        phase: Some(phase),
+        conditions,
+        observed_generation: job.metadata.generation,
+        replicas: Some(facts.replicas as i32),
+        restarts: Some(facts.restarts as i32),
+        ..DIJobStatus::default()
+    };
+    if job.spec.is_task_job() {
+        tasks::counts(&mut status, pods, facts);
+    } else {
+        role_counts(&mut status, job, pods);
+    }
+    status
+}
+
+/// A role job's conditions follow its coordinator.
+fn role_phase_conditions(
+    conditions: &mut Vec<DIJobCondition>,
+    phase: Phase,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    set_condition(conditions, "Created", true, "JobCreated", "the job's coordinator is created", now);
+    match phase {
+        Phase::Running => set_condition(conditions, "Running", true, reason, message, now),
+        Phase::Succeeded | Phase::Failed => {
+            if conditions.iter().any(|c| c.type_ == "Running") {
+                set_condition(conditions, "Running", false, "JobFinished", "the job has finished", now);
+            }
+            let kind = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
+            set_condition(conditions, kind, true, reason, message, now);
+        }
+        Phase::Created | Phase::Unknown | Phase::Pending | Phase::Starting | Phase::Restarting => {}
+    }
+}
+
+/// A role job's pod counts: per replica type, ready collectors and learners, ready pods.
+fn role_counts(status: &mut DIJobStatus, job: &DIJob, pods: &[&Pod]) {
     let mut replica_status: BTreeMap<String, ReplicaStatus> = BTreeMap::new();
     for pod in pods {
         let Some(role) = role_of(pod) else { continue };
@@ -149,22 +192,12 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         entry.failed += failed;
     }
 
-    DIJobStatus {
-        phase: Some(phase),
-        conditions,
-        replica_status,
-        observed_generation: job.metadata.generation,
-        collectors: job
-            .spec
-            .collector
-            .as_ref()
-            .map(|_| format!("{}/{}", ready_collectors(pods), job.spec.collector_replicas())),
-        learners: job
-            .spec
-            .learner
-            .as_ref()
-            .map(|_| format!("{}/{}", ready_learners(pods), job.spec.learner_replicas())),
-    }
+    status.replica_status = replica_status;
+    status.collectors =
+        job.spec.collector.as_ref().map(|_| format!("{}/{}", ready_collectors(pods), job.spec.collector_replicas()));
+    status.learners =
+        job.spec.learner.as_ref().map(|_| format!("{}/{}", ready_learners(pods), job.spec.learner_replicas()));
+    status.ready_replicas = Some(pods.iter().filter(|p| is_ready(p)).count() as i32);
 }
 
 fn ready_collectors(pods: &[&Pod]) -> usize {

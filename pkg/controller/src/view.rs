@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use di_api::contract::{annotations, labels};
+use di_api::tasks::{self, TASK_LABEL};
 use di_api::{DIJob, DIJobStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
@@ -67,10 +68,12 @@ impl JobView {
     }
 }
 
-/// The labels a pass reads of a pod: job, role and replica index.
-const POD_LABELS: [&str; 3] = [labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX];
+/// The labels a pass reads of a pod: job, role (or task) and replica index.
+const POD_LABELS: [&str; 4] = [labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX, TASK_LABEL];
+/// The annotation a pass reads of a pod: a task pod's peer set.
+const POD_ANNOTATIONS: [&str; 1] = [tasks::annotations::PEERS];
 
-/// A managed pod: identity, whose it is, and how it runs.
+/// A managed pod: identity, whose it is, how it runs, and (a task pod) which peers it knows.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct PodView {
     pub metadata: ObjectMeta,
@@ -79,7 +82,7 @@ pub struct PodView {
     /// The values of `POD_LABELS`, moved out of `metadata` by `slim`: a map of three costs
     /// about 700 bytes, more than the rest of the view.
     #[serde(skip)]
-    pub kept_labels: [Option<String>; 3],
+    pub kept_labels: [Option<String>; 4],
     /// The UID in its controller reference, moved out of `metadata` by `slim`.
     #[serde(skip)]
     pub owner: Option<String>,
@@ -195,7 +198,7 @@ impl PodView {
     /// Keeps only the Ready condition and the metadata a pass reads.
     pub fn slim(&mut self) {
         self.owner = controller_uid(&self.metadata).map(str::to_owned);
-        let mut labels = slim_metadata(&mut self.metadata, &[]);
+        let mut labels = slim_metadata(&mut self.metadata, &POD_ANNOTATIONS);
         self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
         if let Some(status) = &mut self.status {
             status.conditions.retain(|c| c.type_ == "Ready");

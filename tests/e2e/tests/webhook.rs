@@ -28,7 +28,7 @@ fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json:
             "timeoutSeconds": 5,
             "clientConfig": {"url": format!("{url}{path}")},
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "rules": [{"apiGroups": ["diengine.opendilab.org"], "apiVersions": ["v1alpha1"],
+            "rules": [{"apiGroups": ["diengine.opendilab.org"], "apiVersions": ["v1alpha1", "v2alpha1"],
                        "operations": ["CREATE", "UPDATE"], "resources": ["dijobs", "aggregatorconfigs"], "scope": "Namespaced"}],
         })
     };

@@ -10,19 +10,23 @@ use super::{Errors, check_volumes};
 use crate::contract::{GPU_RESOURCE, REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role};
 use crate::resources::{parse_quantity, whole_number};
 
-/// Checks a role's pod template. `job_volumes` are the volumes every pod of the job gets, or
-/// `None` when they are not known (an AggregatorConfig is shared by many jobs).
+/// Checks a role's pod template, or a task's (`role` is `None`). `job_volumes` are the volumes
+/// every pod of the job gets, or `None` when they are not known (an AggregatorConfig is shared by
+/// many jobs).
 pub(super) fn check_template(
     path: &str,
     template: &PodTemplateSpec,
-    role: Role,
+    role: Option<Role>,
     job_volumes: Option<&BTreeSet<String>>,
     errs: &mut Errors,
 ) {
     let Some(spec) = template.spec.as_ref().filter(|s| !s.containers.is_empty()) else {
         errs.add(
             format!("{path}.spec.containers"),
-            format!("Required value: the {role} needs at least one container; add one with a name and an image"),
+            format!(
+                "Required value: the {} needs at least one container; add one with a name and an image",
+                role.map_or("task", Role::label)
+            ),
         );
         return;
     };
@@ -44,7 +48,7 @@ pub(super) fn check_template(
 
     match (spec.restart_policy.as_deref(), role) {
         (None | Some("Never" | "OnFailure"), _) => {}
-        (Some("Always"), Role::Coordinator) => errs.add(
+        (Some("Always"), Some(Role::Coordinator)) => errs.add(
             format!("{path}.spec.restartPolicy"),
             "Unsupported value \"Always\": the coordinator's exit decides the job's phase, so use \"Never\" (the default) or \"OnFailure\"",
         ),
@@ -55,7 +59,7 @@ pub(super) fn check_template(
         ),
     }
 
-    if role == Role::Coordinator {
+    if role == Some(Role::Coordinator) {
         check_sidecar_reservations(path, spec.init_containers.as_deref().unwrap_or_default(), &spec.containers, errs);
     }
 
