@@ -12,7 +12,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
@@ -126,6 +126,22 @@ orchestrator log:
         err.to_string().contains("spec.collector.template: Forbidden: a role's pod template is immutable"),
         "{err}"
     );
+
+    // A 1.x job under its own version: defaulted as 1.x does; one without tasks is refused there.
+    let gvk = GroupVersionKind::gvk("diengine.opendilab.org", "v2alpha1", "DIJob");
+    let v2: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+    let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+    let tasks = json!({"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "tasks"},
+        "spec": {"tasks": [{"type": "learner", "template": {"spec": container}}]}});
+    v2.create(&PostParams::default(), &serde_json::from_value(tasks).unwrap()).await.expect("a 1.x job is accepted");
+    let stored = jobs.get("tasks").await.unwrap();
+    let task = &stored.spec.tasks.as_ref().unwrap()[0];
+    assert_eq!((task.name.as_deref(), task.replicas), (Some("learner"), Some(1)));
+    assert_eq!(stored.spec.backoff_limit, Some(3));
+    let roles = json!({"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "roles"},
+        "spec": {"coordinator": {"template": {"spec": container}}}});
+    let err = v2.create(&PostParams::default(), &serde_json::from_value(roles).unwrap()).await.unwrap_err();
+    assert!(err.to_string().contains("spec.tasks: Required value"), "{err}");
 
     if local {
         mutating_api.delete("di-orchestrator", &DeleteParams::default()).await.unwrap();
