@@ -89,6 +89,11 @@ pub struct CreateArgs {
     /// Shell command every role runs (with NAME).
     #[arg(long, conflicts_with = "filename")]
     pub command: Option<String>,
+    /// A task of a task job (with NAME), repeatable:
+    /// `name=collector,type=collector,replicas=4,image=IMAGE,command=CMD` (all but name optional;
+    /// --image and --command are the defaults; command comes last and takes the rest).
+    #[arg(long = "task", value_name = "SPEC", conflicts_with_all = ["filename", "collectors", "learners", "gpus"])]
+    pub tasks: Vec<String>,
     /// Collectors to start with (with NAME).
     #[arg(long, default_value_t = 0, conflicts_with = "filename")]
     pub collectors: i32,
@@ -141,7 +146,10 @@ pub struct LogsArgs {
     /// coordinator, collector, learner, aggregator or ddp-learner.
     #[arg(long, default_value = "coordinator")]
     pub role: String,
-    /// Index of the replica (not for the coordinator).
+    /// A task job's task, instead of a role.
+    #[arg(long, conflicts_with = "role")]
+    pub task: Option<String>,
+    /// Index of the replica (not for the coordinator; default 0 for a task).
     #[arg(long)]
     pub replica: Option<u32>,
     /// Follow the log.
@@ -174,6 +182,13 @@ pub enum ReplicasCommand {
 #[derive(Args, Debug)]
 pub struct ScaleArgs {
     pub name: String,
+    /// With --task: how many pods to add to (or remove from) the task.
+    #[arg(requires = "task")]
+    pub count: Option<i64>,
+    /// A task job's task to scale. Every pod of the job is rebuilt, since each lists all its
+    /// peers in DI_NODES.
+    #[arg(long, requires = "count", conflicts_with_all = ["collectors", "learners", "gpus"])]
+    pub task: Option<String>,
     #[arg(long, default_value_t = 0)]
     pub collectors: i64,
     #[arg(long, default_value_t = 0)]

@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use di_api::{AggregatorConfig, DIJob};
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
@@ -29,6 +29,11 @@ fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
         return manifest::read(&bytes);
     }
     let name = args.name.clone().expect("clap requires NAME without -f");
+    if !args.tasks.is_empty() {
+        let job = task_job(&name, args)?;
+        manifest::check(&[(1, job.clone())])?;
+        return Ok(vec![job]);
+    }
     let image = args.image.clone().ok_or_else(|| anyhow!("--image is required to create {name} without a file"))?;
     let mut container = json!({"name": "di-container", "image": image});
     if let Some(command) = &args.command {
@@ -48,6 +53,48 @@ fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     Ok(vec![job])
 }
 
+/// A task job (`v2alpha1`) from `--task` flags.
+fn task_job(name: &str, args: &CreateArgs) -> anyhow::Result<serde_json::Value> {
+    let mut tasks = vec![];
+    for spec in &args.tasks {
+        // `command=` takes the rest: a shell command may hold commas.
+        let (fields, command) = match spec.split_once("command=") {
+            Some((fields, command)) => (fields.trim_end_matches(','), Some(command.to_owned())),
+            None => (spec.as_str(), args.command.clone()),
+        };
+        let mut task = serde_json::Map::new();
+        let mut image = args.image.clone();
+        for field in fields.split(',').filter(|f| !f.is_empty()) {
+            let (key, value) =
+                field.split_once('=').ok_or_else(|| anyhow!("--task {spec}: {field:?} is not key=value"))?;
+            match key {
+                "name" | "type" => {
+                    task.insert(key.into(), json!(value));
+                }
+                "replicas" => {
+                    let n: i32 =
+                        value.parse().map_err(|_| anyhow!("--task {spec}: replicas {value:?} is not a number"))?;
+                    task.insert(key.into(), json!(n));
+                }
+                "image" => image = Some(value.to_owned()),
+                other => bail!("--task {spec}: unknown key {other:?}: use name, type, replicas, image, command"),
+            }
+        }
+        let image = image.ok_or_else(|| anyhow!("--task {spec}: no image; add image=... or --image"))?;
+        let mut container = json!({"name": "di-container", "image": image});
+        if let Some(command) = command {
+            container["command"] = json!(["sh", "-c", command]);
+        }
+        task.insert("template".into(), json!({"spec": {"containers": [container]}}));
+        tasks.push(serde_json::Value::Object(task));
+    }
+    Ok(json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": name},
+        "spec": {"tasks": tasks},
+    }))
+}
+
 /// Creates the objects; without a cluster (`--dry-run=client`) only checks them.
 pub async fn create(ctx: Option<&Ctx>, args: &CreateArgs) -> anyhow::Result<()> {
     // Every document is checked before anything is created.
@@ -63,7 +110,13 @@ pub async fn create(ctx: Option<&Ctx>, args: &CreateArgs) -> anyhow::Result<()> 
         };
         let namespace = doc["metadata"]["namespace"].as_str().map_or(ctx.namespace.clone(), str::to_owned);
         let resource = if kind == "DIJob" {
-            ApiResource::erase::<DIJob>(&())
+            // Either served version: the object is sent as it was written.
+            let mut resource = ApiResource::erase::<DIJob>(&());
+            if let Some(version) = doc["apiVersion"].as_str() {
+                resource.version = version.rsplit('/').next().unwrap_or_default().to_owned();
+                resource.api_version = version.to_owned();
+            }
+            resource
         } else {
             ApiResource::erase::<AggregatorConfig>(&())
         };
@@ -118,5 +171,31 @@ mod tests {
         assert_eq!(docs[0]["spec"]["learner"]["gpus"], 2);
         let err = documents(&args("kubectl-di create demo")).unwrap_err().to_string();
         assert_eq!(err, "--image is required to create demo without a file");
+
+        let argv = [
+            "kubectl-di",
+            "create",
+            "mesh",
+            "--image",
+            "ding",
+            "--task",
+            "name=learner,type=learner",
+            "--task",
+            "name=collector,type=collector,replicas=4,image=ding:v2,command=ditask --platform k8s,local",
+        ];
+        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap();
+        let crate::cli::Command::Create(parsed) = cli.command else { panic!() };
+        let docs = documents(&parsed).unwrap();
+        assert_eq!(docs[0]["apiVersion"], "diengine.opendilab.org/v2alpha1");
+        let collector = &docs[0]["spec"]["tasks"][1];
+        assert_eq!((collector["replicas"].as_i64(), collector["type"].as_str()), (Some(4), Some("collector")));
+        let container = &collector["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "ding:v2");
+        assert_eq!(container["command"][2], "ditask --platform k8s,local", "the command keeps its commas");
+        assert_eq!(docs[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"], "ding");
+        let err = documents(&args("kubectl-di create mesh --task name=a,size=3")).unwrap_err().to_string();
+        assert!(err.contains("unknown key \"size\""), "{err}");
+        let err = documents(&args("kubectl-di create mesh --image i --task name=Bad")).unwrap_err().to_string();
+        assert!(err.contains("spec.tasks[0].name: Invalid value \"Bad\""), "{err}");
     }
 }

@@ -1,4 +1,4 @@
-//! `kubectl di logs`: a replica's logs, named by role and index rather than by pod.
+//! `kubectl di logs`: a replica's logs, named by role (or task) and index rather than by pod.
 
 use std::io::Write;
 
@@ -24,7 +24,10 @@ pub fn pod_name(job: &str, role: &str, replica: Option<u32>) -> anyhow::Result<S
 }
 
 pub async fn logs(ctx: &Ctx, args: &LogsArgs) -> anyhow::Result<()> {
-    let pod = pod_name(&args.name, &args.role, args.replica)?;
+    let pod = match &args.task {
+        Some(task) => di_api::tasks::pod_name(&args.name, task, args.replica.unwrap_or(0)),
+        None => pod_name(&args.name, &args.role, args.replica)?,
+    };
     let params = LogParams { follow: args.follow, container: Some(args.container.clone()), ..Default::default() };
     let mut lines = ctx
         .pods()

@@ -137,13 +137,13 @@ fn check_document(number: usize, several: bool, doc: &Value) -> anyhow::Result<(
     };
     match kind {
         "DIJob" => {
-            check_api_version(doc, &DIJob::api_version(&())).with_context(|| what.clone())?;
+            let version = check_api_version(doc, &DIJOB_VERSIONS).with_context(|| what.clone())?;
             let mut job: DIJob = typed(doc).with_context(|| format!("{what} cannot be read"))?;
             di_api::defaults::default_dijob(&mut job);
-            di_api::validation::validate_dijob(&job).map_err(|e| anyhow!("{what} is invalid: {e}"))
+            di_api::validation::validate_dijob_as(&job, version).map_err(|e| anyhow!("{what} is invalid: {e}"))
         }
         "AggregatorConfig" => {
-            check_api_version(doc, &AggregatorConfig::api_version(&())).with_context(|| what.clone())?;
+            check_api_version(doc, &[&AggregatorConfig::api_version(&())]).with_context(|| what.clone())?;
             let mut config: AggregatorConfig = typed(doc).with_context(|| format!("{what} cannot be read"))?;
             di_api::defaults::default_aggregator_config(&mut config);
             di_api::validation::validate_aggregator_config(&config).map_err(|e| anyhow!("{what} is invalid: {e}"))
@@ -154,10 +154,15 @@ fn check_document(number: usize, several: bool, doc: &Value) -> anyhow::Result<(
     }
 }
 
-/// The API server refuses an object of another version at this resource; say so before.
-fn check_api_version(doc: &Value, want: &str) -> anyhow::Result<()> {
+/// The API versions a DIJob is served under: 0.2's and 1.x's (one schema).
+pub const DIJOB_VERSIONS: [&str; 2] = ["diengine.opendilab.org/v1alpha1", "diengine.opendilab.org/v2alpha1"];
+
+/// The API server refuses an object of a version it does not serve; say so before. Returns the
+/// version part (`v2alpha1`).
+fn check_api_version<'a>(doc: &'a Value, served: &[&str]) -> anyhow::Result<&'a str> {
+    let want = served.join(" or ");
     match &doc["apiVersion"] {
-        Value::String(v) if v == want => Ok(()),
+        Value::String(v) if served.contains(&v.as_str()) => Ok(v.rsplit('/').next().unwrap_or_default()),
         Value::Null => bail!("apiVersion: Required value: use {want}"),
         other => bail!("apiVersion: Unsupported value {other}: use {want}"),
     }
@@ -204,7 +209,7 @@ mod tests {
         );
         assert_eq!(
             error(&JOB.replace("diengine.opendilab.org/v1alpha1", "v1")),
-            "DIJob job: apiVersion: Unsupported value \"v1\": use diengine.opendilab.org/v1alpha1"
+            "DIJob job: apiVersion: Unsupported value \"v1\": use diengine.opendilab.org/v1alpha1 or diengine.opendilab.org/v2alpha1"
         );
         assert_eq!(
             error(&format!("{JOB}---\n- a\n")),

@@ -49,9 +49,28 @@ fn phase(job: &DIJob) -> String {
     job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"))
 }
 
-/// `kubectl di get`: NAME PHASE COLLECTORS LEARNERS AGE (and more with `wide`, NAMESPACE with `-A`).
+/// Ready and wanted pods, `ready/wanted`; before any status, what the spec asks for.
+fn ready(job: &DIJob) -> String {
+    let status = job.status.clone().unwrap_or_default();
+    let wanted = status.replicas.unwrap_or_else(|| {
+        if job.spec.is_task_job() {
+            di_api::tasks::tasks(job).iter().map(|t| t.replicas as i32).sum()
+        } else {
+            1 + job.spec.collector_replicas() + job.spec.learner_replicas()
+        }
+    });
+    format!("{}/{wanted}", status.ready_replicas.unwrap_or(0))
+}
+
+/// A role's `ready/desired`, or `-` for a task job.
+fn role_column(job: &DIJob, shown: Option<String>, desired: i32) -> String {
+    if job.spec.is_task_job() { "-".into() } else { shown.unwrap_or_else(|| format!("0/{desired}")) }
+}
+
+/// `kubectl di get`: NAME PHASE READY RESTARTS COLLECTORS LEARNERS AGE (and more with `wide`,
+/// NAMESPACE with `-A`), for role jobs and task jobs alike.
 pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timestamp) -> String {
-    let mut header = vec!["NAME", "PHASE", "COLLECTORS", "LEARNERS", "AGE"];
+    let mut header = vec!["NAME", "PHASE", "READY", "RESTARTS", "COLLECTORS", "LEARNERS", "AGE"];
     if wide {
         header.extend(["GPUS/LEARNER", "SUSPENDED", "CLEANUP"]);
     }
@@ -65,8 +84,10 @@ pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timesta
             let mut row = vec![
                 job.name_any(),
                 phase(job),
-                status.collectors.unwrap_or_else(|| format!("0/{}", job.spec.collector_replicas())),
-                status.learners.unwrap_or_else(|| format!("0/{}", job.spec.learner_replicas())),
+                ready(job),
+                status.restarts.unwrap_or(0).to_string(),
+                role_column(job, status.collectors, job.spec.collector_replicas()),
+                role_column(job, status.learners, job.spec.learner_replicas()),
                 age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
             ];
             if wide {
@@ -88,6 +109,9 @@ pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timesta
 
 /// One line of progress while waiting: phase and ready/desired replicas.
 pub fn progress(job: &DIJob) -> String {
+    if job.spec.is_task_job() {
+        return format!("{}: phase {}, ready {}", job.name_any(), phase(job), ready(job));
+    }
     let status = job.status.clone().unwrap_or_default();
     format!(
         "{}: phase {}, collectors {}, learners {}",
@@ -98,19 +122,27 @@ pub fn progress(job: &DIJob) -> String {
     )
 }
 
-/// A pod's row in `describe` and `replicas list`: name, role, phase, URL.
+/// A pod's row in `describe` and `replicas list`: name, role (a task pod's task), phase, URL (a
+/// task pod's address).
 pub fn replica_rows(pods: &[Pod]) -> Vec<Vec<String>> {
     let mut pods: Vec<&Pod> = pods.iter().collect();
     pods.sort_by_key(|p| p.name_any());
     pods.iter()
         .map(|p| {
-            let role = p.labels().get(labels::REPLICA_TYPE).cloned().unwrap_or_default();
+            let task = p.labels().get(di_api::tasks::TASK_LABEL).cloned();
+            let role = p.labels().get(labels::REPLICA_TYPE).cloned().or(task.clone()).unwrap_or_default();
             let phase = if p.metadata.deletion_timestamp.is_some() {
                 "Terminating".into()
             } else {
                 p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_else(|| "Pending".into())
             };
-            vec![p.name_any(), role, phase, di_api::pod::url_of(p)]
+            let url = match (task, p.spec.as_ref().and_then(|s| s.subdomain.clone())) {
+                (Some(_), Some(subdomain)) => {
+                    format!("{}.{subdomain}.{}.svc", p.name_any(), p.namespace().unwrap_or_default())
+                }
+                _ => di_api::pod::url_of(p),
+            };
+            vec![p.name_any(), role, phase, url]
         })
         .collect()
 }
@@ -133,10 +165,30 @@ pub fn describe(job: &DIJob, pods: &[Pod], events: &[(String, String, String)], 
         field("TTL after finished", format!("{ttl}s"));
     }
     let status = job.status.clone().unwrap_or_default();
-    field("Collectors", status.collectors.clone().unwrap_or_else(|| format!("0/{}", spec.collector_replicas())));
-    field("Learners", status.learners.clone().unwrap_or_else(|| format!("0/{}", spec.learner_replicas())));
+    field("Ready", ready(job));
+    if spec.is_task_job() {
+        let policy = di_api::tasks::restart_policy(job);
+        field("Restarts", format!("{} of at most {}", status.restarts.unwrap_or(0), di_api::tasks::backoff_limit(job)));
+        field("Restart policy", format!("{policy:?}"));
+    } else {
+        field("Collectors", status.collectors.clone().unwrap_or_else(|| format!("0/{}", spec.collector_replicas())));
+        field("Learners", status.learners.clone().unwrap_or_else(|| format!("0/{}", spec.learner_replicas())));
+    }
     if let Some(gpus) = spec.learner.as_ref().and_then(|l| l.gpus) {
         field("GPUs per learner", gpus.to_string());
+    }
+    if spec.is_task_job() {
+        out.push_str("\nTasks:\n");
+        let rows: Vec<Vec<String>> = di_api::tasks::tasks(job)
+            .iter()
+            .map(|t| {
+                let counts = status.task_status.get(&t.name).cloned().unwrap_or_default();
+                let pods = counts.iter().map(|(phase, n)| format!("{phase} {n}")).collect::<Vec<_>>().join(", ");
+                let decides = if t.completion { "yes" } else { "" };
+                vec![t.name.clone(), t.type_.as_str().to_owned(), t.replicas.to_string(), decides.into(), pods]
+            })
+            .collect();
+        out.push_str(&indent(&table(&["TASK", "TYPE", "REPLICAS", "DECIDES", "PODS"], &rows)));
     }
     out.push_str("\nConditions:\n");
     let rows: Vec<Vec<String>> = status
@@ -190,19 +242,56 @@ mod tests {
     #[test]
     fn get_tables() {
         let jobs = vec![
-            job("cartpole", "rl", json!({"phase": "Running", "collectors": "3/4", "learners": "1/1"})),
+            job(
+                "cartpole",
+                "rl",
+                json!({"phase": "Running", "collectors": "3/4", "learners": "1/1", "readyReplicas": 4}),
+            ),
             job("a-much-longer-name", "other", json!({})),
         ];
         assert_eq!(
             jobs_table(&jobs, false, false, now()),
-            "NAME                 PHASE     COLLECTORS   LEARNERS   AGE\n\
-             cartpole             Running   3/4          1/1        1h\n\
-             a-much-longer-name   Pending   0/4          0/1        1h\n"
+            "NAME                 PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
+             cartpole             Running   4/6     0          3/4          1/1        1h\n\
+             a-much-longer-name   Pending   0/6     0          0/4          0/1        1h\n"
         );
         assert_eq!(
             jobs_table(&jobs[..1], true, true, now()),
-            "NAMESPACE   NAME       PHASE     COLLECTORS   LEARNERS   AGE   GPUS/LEARNER   SUSPENDED   CLEANUP\n\
-             rl          cartpole   Running   3/4          1/1        1h    2              false       All\n"
+            "NAMESPACE   NAME       PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE   GPUS/LEARNER   SUSPENDED   CLEANUP\n\
+             rl          cartpole   Running   4/6     0          3/4          1/1        1h    2              false       All\n"
+        );
+    }
+
+    #[test]
+    fn task_jobs_show_ready_pods_restarts_and_tasks() {
+        let job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "mesh", "namespace": "rl", "creationTimestamp": "2026-11-22T09:00:00Z"},
+            "spec": {"tasks": [{"type": "learner", "template": {}}, {"type": "collector", "replicas": 2, "template": {}}]},
+            "status": {"phase": "Restarting", "replicas": 3, "readyReplicas": 2, "restarts": 1,
+                       "taskStatus": {"collector": {"Pending": 1, "Running": 1}, "learner": {"Running": 1}}},
+        }))
+        .unwrap();
+        assert_eq!(
+            jobs_table(std::slice::from_ref(&job), false, false, now()),
+            "NAME   PHASE        READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
+             mesh   Restarting   2/3     1          -            -          1h\n"
+        );
+        assert_eq!(progress(&job), "mesh: phase Restarting, ready 2/3");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "mesh-collector-1", "namespace": "rl", "labels": {"diengine.opendilab.org/task": "collector"}},
+            "spec": {"subdomain": "di-mesh", "containers": []}, "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        let text = describe(&job, &[pod], &[], now());
+        assert!(text.contains("Restarts:           1 of at most 3\n"), "{text}");
+        assert!(
+            text.contains("  collector   collector   2          ") && text.contains("Pending 1, Running 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  mesh-collector-1   collector   Pending   mesh-collector-1.di-mesh.rl.svc\n"),
+            "{text}"
         );
     }
 
@@ -246,6 +335,7 @@ mod tests {
              Age:                1h\n\
              Clean pod policy:   All\n\
              Suspended:          false\n\
+             Ready:              0/6\n\
              Collectors:         1/4\n\
              Learners:           0/1\n\
              GPUs per learner:   2\n\

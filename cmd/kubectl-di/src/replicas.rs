@@ -39,6 +39,9 @@ pub async fn replicas(ctx: &Ctx, command: ReplicasCommand) -> anyhow::Result<()>
 /// Changes the job's desired counts with the replica endpoint's own rules, then follows the
 /// reconciler until the job has converged.
 async fn scale(ctx: &Ctx, args: &ScaleArgs, up: bool) -> anyhow::Result<()> {
+    if let (Some(task), Some(count)) = (&args.task, args.count) {
+        return scale_task(ctx, args, task, if up { count } else { -count }).await;
+    }
     let api = ctx.jobs();
     let request = ReplicaRequest {
         namespace: ctx.namespace.clone(),
@@ -68,6 +71,24 @@ async fn scale(ctx: &Ctx, args: &ScaleArgs, up: bool) -> anyhow::Result<()> {
     }
     for name in affected {
         println!("pod/{name} {verb}");
+    }
+    Ok(())
+}
+
+/// Moves one task of a task job; every pod of the job is rebuilt with the new peer list.
+async fn scale_task(ctx: &Ctx, args: &ScaleArgs, task: &str, delta: i64) -> anyhow::Result<()> {
+    let api = ctx.jobs();
+    let written = update_job(&api, &args.name, |job: &DIJob| di_client::scale_task::scale_task(job, task, delta))
+        .await
+        .map_err(|e| anyhow!("scaling task {task} of DIJob {}: {e}", args.name))?;
+    let change = &written.result;
+    println!("dijob.diengine.opendilab.org/{}: task {task} {} -> {} pods", args.name, change.before, change.after);
+    eprintln!(
+        "note: every pod lists all its peers in DI_NODES, so all {} pods of the job are rebuilt in one step",
+        change.pods
+    );
+    if !args.no_wait {
+        follow::until_running(&api, &args.name, Duration::from_secs(args.timeout)).await?;
     }
     Ok(())
 }

@@ -39,7 +39,9 @@ pub struct TaskSpec {
     pub template: PodTemplateSpec,
 }
 
-/// The type of a task (DI-orchestrator 1.x's task types).
+/// What a task's workers do (DI-orchestrator 1.x's task types): `learner`, `collector`,
+/// `evaluator` or `none`. At most one task per type but `none`, which needs a name; a job with a
+/// learner task succeeds when its learners do.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskType {
@@ -61,7 +63,8 @@ impl TaskType {
     }
 }
 
-/// Scheduling priority of a task job (DI-orchestrator 1.x).
+/// Task jobs: `normal` (default) or `high`, kept from DI-orchestrator 1.x, which used it to order
+/// allocation. Pods take their priority from `priorityClassName` and their templates.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
@@ -69,7 +72,9 @@ pub enum Priority {
     High,
 }
 
-/// What the orchestrator replaces when a pod of a task job fails.
+/// What the orchestrator replaces when a pod of a task job fails: `Pod` (default) only that pod,
+/// under the same name; `Job` every pod of the job in one step, for workers that cannot survive
+/// a peer's restart (synchronous training).
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum JobRestartPolicy {
     /// Only the failed pod, under the same name: its address and every peer's `DI_NODES` stay

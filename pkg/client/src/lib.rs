@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod failed;
 pub mod scale;
+pub mod scale_task;
 pub mod update;
 pub mod wait;
 pub mod wire;

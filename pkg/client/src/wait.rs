@@ -43,6 +43,13 @@ where
 /// Whether a job is Running with every desired replica ready.
 pub fn converged(job: &DIJob) -> bool {
     let Some(status) = &job.status else { return false };
+    if job.spec.is_task_job() {
+        // Counted against the spec, so a status from before a scaling never passes for after.
+        let want: i32 = di_api::tasks::tasks(job).iter().map(|t| t.replicas as i32).sum();
+        return status.phase == Some(Phase::Running)
+            && status.replicas == Some(want)
+            && status.ready_replicas == Some(want);
+    }
     let ready = |s: &Option<String>, desired: i32| s.as_deref().is_none_or(|s| s == format!("{desired}/{desired}"));
     status.phase == Some(Phase::Running)
         && ready(&status.collectors, job.spec.collector_replicas())

@@ -76,7 +76,7 @@ async fn the_plugin_does_what_its_help_says() {
 
     let table = ok(&kubectl_di(&s, &["get"]).await);
     let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
-    assert_eq!(&row[..4], ["quick", "Running", "2/2", "1/1"], "{table}");
+    assert_eq!(&row[..6], ["quick", "Running", "4/4", "0", "2/2", "1/1"], "{table}");
     let yaml = ok(&kubectl_di(&s, &["get", "quick", "-o", "yaml"]).await);
     let parsed: DIJob = serde_yaml::from_str(&yaml).unwrap();
     assert_eq!(parsed.spec.collector_replicas(), 2);
@@ -142,4 +142,34 @@ async fn the_plugin_does_what_its_help_says() {
     let out = ok(&kubectl_di(&s, &["uninstall", "--keep-crds"]).await);
     assert!(out.contains("validatingwebhookconfiguration/di-orchestrator deleted"), "{out}");
     assert!(deployments.get_opt("di-orchestrator").await.unwrap().is_none());
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn the_plugin_runs_task_jobs() {
+    let s = Box::pin(Scenario::new("cli-tasks")).await;
+    let image = if di_e2e::nodes::real_nodes() { di_e2e::nodes::REAL_IMAGE } else { "ding" };
+    let command = format!("command={}", di_e2e::nodes::WAIT_FOR_EXIT);
+    let (learner, collector) =
+        (format!("name=learner,type=learner,{command}"), format!("name=collector,type=collector,replicas=2,{command}"));
+    let args =
+        ["create", "mesh", "--image", image, "--task", &learner, "--task", &collector, "--wait", "--timeout", "90"];
+    assert_eq!(ok(&kubectl_di(&s, &args).await), "dijob.diengine.opendilab.org/mesh created\n");
+
+    let out = kubectl_di(&s, &["replicas", "add", "mesh", "--task", "collector", "1", "--timeout", "90"]).await;
+    assert_eq!(ok(&out), "dijob.diengine.opendilab.org/mesh: task collector 2 -> 3 pods\n");
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(note.contains("all 4 pods of the job are rebuilt in one step"), "{note}");
+    let pods = s.wait_pods("mesh", &names("mesh", &["learner-0", "collector-0", "collector-1", "collector-2"])).await;
+    assert!(pods.iter().all(|p| p.annotations()["diengine.opendilab.org/peers"] == "learner=1,collector=3"));
+
+    let table = ok(&kubectl_di(&s, &["get"]).await);
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(&row[..6], ["mesh", "Running", "4/4", "0", "-", "-"], "{table}");
+    let text = ok(&kubectl_di(&s, &["describe", "mesh"]).await);
+    assert!(text.contains("Restarts:           0 of at most 3"), "{text}");
+    assert!(text.contains("mesh-collector-2.di-mesh."), "{text}");
+    let out = kubectl_di(&s, &["replicas", "delete", "mesh", "--task", "learner", "1"]).await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("task learner has 1 pod(s); 0 is outside"), "{out:?}");
 }

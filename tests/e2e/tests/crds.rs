@@ -107,8 +107,8 @@ async fn status_is_a_subresource_and_kubectl_get_shows_it() {
     // ...and applied through the subresource it is served, with the printer columns.
     let status = json!({
         "apiVersion": DIJob::api_version(&()), "kind": "DIJob",
-        "status": {"phase": "Running", "collectors": "3/4", "learners": "1/1",
-                   "replicaStatus": {"Collector": {"active": 3}}, "observedGeneration": 1}
+        "status": {"phase": "Running", "collectors": "3/4", "learners": "1/1", "replicas": 6, "readyReplicas": 4,
+                   "restarts": 0, "replicaStatus": {"Collector": {"active": 3}}, "observedGeneration": 1}
     });
     api.patch_status("qbert-dqn-4gpu", &PatchParams::apply(MANAGER), &Patch::Apply(&status)).await.unwrap();
     let got = api.get_status("qbert-dqn-4gpu").await.unwrap().status.unwrap();
@@ -119,9 +119,9 @@ async fn status_is_a_subresource_and_kubectl_get_shows_it() {
     let table = String::from_utf8_lossy(&out.stdout);
     let mut lines = table.lines();
     let header: Vec<_> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "PHASE", "COLLECTORS", "LEARNERS", "AGE"], "{table}");
+    assert_eq!(header, ["NAME", "PHASE", "READY", "REPLICAS", "RESTARTS", "AGE"], "{table}");
     let row: Vec<_> = lines.next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(&row[..4], ["qbert-dqn-4gpu", "Running", "3/4", "1/1"], "{table}");
+    assert_eq!(&row[..5], ["qbert-dqn-4gpu", "Running", "4", "6", "0"], "{table}");
 }
 
 #[tokio::test]
@@ -134,10 +134,17 @@ async fn kubectl_explain_documents_our_fields() {
         ("dijob.spec.learner.gpus", "GPUs per logic learner"),
         ("dijob.spec.cleanPodPolicy", "The legacy value"),
         ("agconfig.spec.aggregator", "The aggregator role"),
+        ("dijob.spec.tasks.completion", "decide the job's success"),
+        ("dijob.spec.restartPolicy@v2alpha1", "every pod of the job in one step"),
     ] {
+        // `path@version` explains under that served version.
+        let (path, version) = path.split_once('@').map_or((path, None), |(p, v)| (p, Some(v)));
         let explained = async {
             loop {
-                let out = cluster.kubectl(&["explain", path])?;
+                let mut args = vec!["explain", path];
+                let api_version = version.map(|v| format!("--api-version=diengine.opendilab.org/{v}"));
+                args.extend(api_version.as_deref());
+                let out = cluster.kubectl(&args)?;
                 let text = String::from_utf8_lossy(&out.stdout).into_owned();
                 if out.status.success() && text.contains(expected) {
                     return Some(text);
