@@ -246,3 +246,26 @@ async fn garbage_gets_an_http_error_not_a_panic() {
     let (status, _) = post("/nowhere", b"{}".to_vec()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Under 1.x's version a role job cannot be created, yet any write that leaves its spec alone
+/// passes: the garbage collector removes its finalizers through whichever version it prefers,
+/// and a refusal there would keep a deleted job, and everything it owns, forever.
+#[tokio::test]
+async fn v2alpha1_refuses_a_new_role_job_but_never_a_write_that_keeps_the_spec() {
+    let as_v2 = |mut review: Value| {
+        review["request"]["kind"]["version"] = json!("v2alpha1");
+        review["request"]["resource"]["version"] = json!("v2alpha1");
+        review
+    };
+    let job = minimal_job();
+    let response = answer("/validate", as_v2(review("CREATE", "DIJob", job.clone(), None))).await;
+    assert_eq!(response["allowed"], false);
+    assert!(response["status"]["message"].as_str().unwrap().starts_with("spec.tasks: Required value"), "{response}");
+
+    let mut finalized = job.clone();
+    finalized["metadata"]["finalizers"] = json!([]);
+    let mut old = job.clone();
+    old["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+    let response = answer("/validate", as_v2(review("UPDATE", "DIJob", finalized, Some(old)))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
