@@ -143,6 +143,17 @@ async fn a_task_job_runs_beside_a_0_2_job_and_ditask_accepts_every_pod() {
         }
     }
 
+    // A failed collector is replaced alone, under its name (restartPolicy Pod, the default), as
+    // DI-orchestrator 1.x does: restarts 1, the other pods untouched.
+    s.nodes.exit(&s.ns, "mesh-collector-1", 1).await;
+    wait_restarts(&s, "mesh", 1).await;
+    let after = s.wait_pods("mesh", &expected).await;
+    for pod in &after {
+        let before = pods.iter().find(|p| p.name_any() == pod.name_any()).unwrap();
+        let replaced = pod.uid() != before.uid();
+        assert_eq!(replaced, pod.name_any() == "mesh-collector-1", "{} replaced: {replaced}", pod.name_any());
+    }
+
     // One schema under both versions: the job reads back whole under 0.2's version too.
     let as_v1 = s.jobs.get("mesh").await.unwrap();
     assert_eq!(as_v1.spec.tasks.as_ref().map(Vec::len), Some(3));
