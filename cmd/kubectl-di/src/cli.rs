@@ -69,6 +69,8 @@ pub enum Command {
         #[arg(long)]
         keep_crds: bool,
     },
+    /// Run a job's manifest as local processes, with the environment its pods would get.
+    Run(RunArgs),
     /// Print the plugin's version, and the orchestrator's when installed.
     Version,
     /// Print a shell completion script.
@@ -202,6 +204,31 @@ pub struct ScaleArgs {
     /// How long to wait for the pods, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Run on this machine, no cluster (the only mode).
+    #[arg(long)]
+    pub local: bool,
+    /// The manifest with one DIJob; `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub filename: String,
+    /// Print what would run (processes, addresses, environment) and exit.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Each replica's output into DIR/<pod>.log instead of the terminal.
+    #[arg(long, value_name = "DIR")]
+    pub logs_dir: Option<std::path::PathBuf>,
+    /// Where each replica gets its working directory (default .di-run/<job>).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<std::path::PathBuf>,
+    /// First port handed to role replicas (coordinator, collectors, learners).
+    #[arg(long, default_value_t = 32000)]
+    pub first_port: u16,
+    /// Backoff before the first replacement of a failed process; it doubles after each.
+    #[arg(long, default_value_t = 1.0)]
+    pub restart_backoff_seconds: f64,
 }
 
 #[derive(Args, Debug)]

@@ -11,6 +11,7 @@ mod follow;
 mod get;
 mod gone;
 mod install;
+mod local;
 mod logs;
 mod manifest;
 mod output;
@@ -27,6 +28,16 @@ use ctx::Ctx;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Run(args) = &cli.command {
+        // The job's outcome is the exit code.
+        return match local::run(args).await {
+            Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -62,6 +73,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resume { name } => suspend::suspend(&ctx, &name, false).await,
         Command::Install(args) => install::install(&ctx, &args).await,
         Command::Uninstall { keep_crds } => install::uninstall(&ctx, keep_crds).await,
-        Command::Version | Command::Completion { .. } => unreachable!("handled above"),
+        Command::Version | Command::Completion { .. } | Command::Run(_) => unreachable!("handled above"),
     }
 }

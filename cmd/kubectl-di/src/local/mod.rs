@@ -1,0 +1,94 @@
+//! `kubectl di run --local`: the very manifest you would submit, run as local processes with the
+//! contract the orchestrator would give its pods (`plan`), supervised by the job's own rules
+//! (`supervise`), with each replica's output prefixed by its name (`output`). No cluster needed.
+
+mod output;
+mod plan;
+mod supervise;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use di_api::DIJob;
+use di_api::defaults::{clean_pod_policy, default_dijob};
+
+use crate::cli::RunArgs;
+use crate::manifest;
+
+/// Runs the job of `args.filename` locally; the job's outcome is the exit code.
+pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
+    if !args.local {
+        bail!("only --local runs are supported: to run a job on a cluster, use kubectl di create");
+    }
+    let bytes = if args.filename == "-" {
+        let mut bytes = vec![];
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes).context("reading the standard input")?;
+        bytes
+    } else {
+        std::fs::read(&args.filename).with_context(|| format!("reading {}", args.filename))?
+    };
+    // Checked as the webhook would, like kubectl di create; other kinds (a ConfigMap beside the
+    // job) are for the cluster and are named, not silently dropped.
+    let docs = manifest::documents(&bytes)?;
+    let (jobs, others): (Vec<_>, Vec<_>) = docs.into_iter().partition(|(_, d)| d["kind"] == "DIJob");
+    for (_, other) in &others {
+        eprintln!(
+            "warning: {} {} is not created by a local run; a job that reads it will not find it",
+            other["kind"].as_str().unwrap_or("object"),
+            other["metadata"]["name"].as_str().unwrap_or("")
+        );
+    }
+    manifest::check(&jobs)?;
+    let [(_, doc)] = &jobs[..] else {
+        bail!("a local run takes exactly one DIJob; {} has {}", args.filename, jobs.len());
+    };
+    let mut job: DIJob = serde_json::from_value(doc.clone())?;
+    default_dijob(&mut job);
+    let name = job.metadata.name.clone().ok_or_else(|| anyhow!("the DIJob has no metadata.name"))?;
+
+    let run_dir = match &args.run_dir {
+        Some(dir) => dir.clone(),
+        None => PathBuf::from(".di-run").join(&name),
+    };
+    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port)?;
+    for warning in &plan.warnings {
+        eprintln!("warning: {warning}");
+    }
+    if args.dry_run {
+        print!("{}", describe(&plan));
+        return Ok(0);
+    }
+    let names: Vec<String> = plan.replicas.iter().map(|r| r.name.clone()).collect();
+    let out = output::Output::new(&names, args.logs_dir.clone())?;
+    std::fs::create_dir_all(&run_dir)?;
+    std::fs::write(run_dir.join("runner.pid"), std::process::id().to_string())?;
+    let backoff = Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0));
+    let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out).await?;
+    Ok(outcome.code)
+}
+
+/// What `--dry-run` prints: every process with its address, directory, command and environment.
+fn describe(plan: &plan::Plan) -> String {
+    let mut text = String::new();
+    for r in &plan.replicas {
+        let port = r.port.map(|p| format!(":{p}")).unwrap_or_default();
+        text += &format!("{} at {}{port} in {}\n", r.name, r.address, r.workdir.display());
+        text += &format!("  command: {}\n", shell_words(&r.argv));
+        for (k, v) in &r.env {
+            text += &format!("  {k}={v}\n");
+        }
+    }
+    text
+}
+
+fn shell_words(argv: &[String]) -> String {
+    let quote = |a: &String| {
+        if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c)) {
+            a.clone()
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    argv.iter().map(quote).collect::<Vec<_>>().join(" ")
+}

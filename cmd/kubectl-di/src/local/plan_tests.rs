@@ -1,0 +1,102 @@
+use std::path::Path;
+
+use di_api::defaults::default_dijob;
+use serde_json::json;
+
+use super::*;
+
+fn job(spec: serde_json::Value, api: &str) -> DIJob {
+    let mut job: DIJob = serde_json::from_value(json!({
+        "apiVersion": format!("diengine.opendilab.org/{api}"), "kind": "DIJob",
+        "metadata": {"name": "j", "namespace": "rl"}, "spec": spec,
+    }))
+    .unwrap();
+    default_dijob(&mut job);
+    job
+}
+
+fn container(command: &str) -> serde_json::Value {
+    json!({"spec": {"containers": [{"name": "di-container", "image": "ding", "command": ["sh", "-c", command]}]}})
+}
+
+fn env<'a>(r: &'a LocalReplica, k: &str) -> Option<&'a str> {
+    r.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn task_peers_are_loopback_addresses_in_rank_order() {
+    let job = job(
+        json!({"tasks": [{"type": "learner", "template": container("learn")}, {"type": "collector", "replicas": 2, "template": container("collect")}]}),
+        "v2alpha1",
+    );
+    let plan = plan(&job, Path::new("/run"), 32000).unwrap();
+    let names: Vec<&str> = plan.replicas.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["j-learner-0", "j-collector-0", "j-collector-1"]);
+    let addresses: Vec<String> = plan.replicas.iter().map(|r| r.address.to_string()).collect();
+    assert_eq!(addresses, ["127.0.0.2", "127.0.0.3", "127.0.0.4"]);
+    for (rank, r) in plan.replicas.iter().enumerate() {
+        assert_eq!(env(r, "DI_NODES"), Some("127.0.0.2,127.0.0.3,127.0.0.4"));
+        assert_eq!(env(r, "DI_RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(env(r, "DI_COLLECTOR_NODES"), Some("127.0.0.3,127.0.0.4"));
+        assert_eq!(env(r, "DI_JOB_ID"), Some("rl/j"));
+        assert_eq!(r.port, None, "a task's ports are its program's");
+        assert_eq!(r.workdir, Path::new("/run").join(&r.name));
+    }
+    assert_eq!(plan.replicas[1].argv, ["sh", "-c", "collect"]);
+    assert_eq!(plan.restarts, Restarts::Tasks { policy: JobRestartPolicy::Pod, limit: 3 });
+    assert!(matches!(&plan.replicas[0].part, Part::Task { decides: true, rank: 0, .. }));
+    assert!(matches!(&plan.replicas[2].part, Part::Task { decides: false, rank: 2, .. }));
+    assert_eq!(
+        plan.warnings,
+        [
+            "images are not pulled; the command runs on this machine as it is (j-learner-0, j-collector-0, j-collector-1)"
+        ]
+    );
+}
+
+#[test]
+fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
+    let job = job(
+        json!({"coordinator": {"template": container("coordinate")}, "collector": {"replicas": 2, "template": container("collect")}}),
+        "v1alpha1",
+    );
+    let plan = plan(&job, Path::new("/run"), 32000).unwrap();
+    let ports: Vec<(String, Option<u16>)> = plan.replicas.iter().map(|r| (r.name.clone(), r.port)).collect();
+    assert_eq!(
+        ports,
+        [
+            ("j-coordinator".into(), Some(32000)),
+            ("j-collector-0".into(), Some(32001)),
+            ("j-collector-1".into(), Some(32002))
+        ]
+    );
+    let coordinator = &plan.replicas[0];
+    assert_eq!(env(coordinator, "COORDINATOR_PORT"), Some("32000"));
+    assert_eq!(env(coordinator, "KUBERNETES_COORDINATOR_URL"), Some("127.0.0.2:32000"));
+    assert_eq!(env(coordinator, "KUBERNETES_SERVER_URL"), Some("127.0.0.1:22280"));
+    assert_eq!(env(&plan.replicas[2], "COLLECTOR_PORT"), Some("32002"));
+    assert_eq!(plan.restarts, Restarts::PerReplica(None));
+    assert!(plan.warnings.iter().any(|w| w.contains("local runs do not serve yet")), "{:?}", plan.warnings);
+}
+
+#[test]
+fn what_cannot_run_locally_is_refused_or_named() {
+    let no_command =
+        json!({"tasks": [{"type": "learner", "template": {"spec": {"containers": [{"name": "c", "image": "ding"}]}}}]});
+    let err = plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000).unwrap_err().to_string();
+    assert!(err.contains("sets no command"), "{err}");
+
+    let mut template = container("x");
+    template["spec"]["initContainers"] = json!([{"name": "fetch", "image": "busybox"}]);
+    template["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    template["spec"]["containers"][0]["env"] =
+        json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
+    let spec =
+        json!({"volumes": [{"name": "data", "emptyDir": {}}], "tasks": [{"type": "learner", "template": template}]});
+    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000).unwrap().warnings;
+    for expected in
+        ["init containers are not run locally: fetch", "an emptyDir mounted at /data", "NODE comes from valueFrom"]
+    {
+        assert!(warnings.iter().any(|w| w.contains(expected)), "{expected:?} not in {warnings:#?}");
+    }
+}

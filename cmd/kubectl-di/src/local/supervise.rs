@@ -1,0 +1,305 @@
+//! Running a plan: one process group per replica, restarted by the job's rules, stopped by its
+//! clean pod policy or by Ctrl-C (SIGTERM to every group, SIGKILL after the grace period), and
+//! the job's outcome as the exit code. No process outlives the run unless `cleanPodPolicy: None`
+//! keeps it, and then the run waits for it.
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use di_api::JobRestartPolicy;
+use di_api::contract::Role;
+use di_api::defaults::CleanPodPolicy;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::output::Output;
+use super::plan::{Part, Plan, Restarts};
+
+/// Exit code of a run stopped by Ctrl-C or SIGTERM, as a shell reports SIGINT.
+pub const INTERRUPTED: i32 = 130;
+
+/// How a run ended: the job's outcome and the exit code it maps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub code: i32,
+    pub what: String,
+}
+
+struct Slot {
+    /// The running process's id, which is also its group's.
+    pid: Option<i32>,
+    /// Bumped on every start, so the exit of an earlier incarnation is told apart.
+    generation: u64,
+    restarts: u32,
+    /// When a replaced process starts again.
+    due: Option<Instant>,
+    /// The last exit code, once it ended for good.
+    ended: Option<i32>,
+    /// The group of an incarnation asked to stop for a whole-job restart.
+    old: Option<i32>,
+}
+
+pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Output) -> anyhow::Result<Outcome> {
+    let (exits_tx, mut exits) = mpsc::unbounded_channel::<(usize, u64, i32)>();
+    let mut slots: Vec<Slot> = plan
+        .replicas
+        .iter()
+        .map(|_| Slot { pid: None, generation: 0, restarts: 0, due: None, ended: None, old: None })
+        .collect();
+    let mut guard = Groups::default();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        start(&plan, i, slot, &out, &exits_tx, &mut guard)?;
+    }
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut pause = signal(SignalKind::user_defined1())?;
+    let mut resume = signal(SignalKind::user_defined2())?;
+    let mut job_restarts = 0u32;
+
+    let outcome = loop {
+        let next_due = slots.iter().filter_map(|s| s.due).min();
+        let sleep = async {
+            match next_due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt.recv() => break Outcome { code: INTERRUPTED, what: "interrupted".into() },
+            _ = terminate.recv() => break Outcome { code: INTERRUPTED, what: "terminated".into() },
+            _ = pause.recv() => { guard.signal_all(Signal::SIGSTOP); out.status("paused every process (SIGUSR2 resumes)"); }
+            _ = resume.recv() => { guard.signal_all(Signal::SIGCONT); out.status("resumed every process"); }
+            _ = sleep => {
+                let now = Instant::now();
+                for (i, slot) in slots.iter_mut().enumerate() {
+                    if slot.due.is_some_and(|d| d <= now) {
+                        slot.due = None;
+                        start(&plan, i, slot, &out, &exits_tx, &mut guard)?;
+                    }
+                }
+            }
+            Some((i, generation, code)) = exits.recv() => {
+                if slots[i].generation != generation { continue; }
+                if let Some(pid) = slots[i].pid.take() { guard.forget(pid); }
+                let name = &plan.replicas[i].name;
+                out.status(&format!("{name} exited with code {code}"));
+                if let Some(outcome) = decide(&plan, i, code, &mut slots, &mut job_restarts, backoff, &out, &mut guard) {
+                    break outcome;
+                }
+            }
+        }
+    };
+
+    out.status(&format!("the job {}", outcome.what));
+    // What is left goes by the job's clean pod policy; an interrupted run leaves nothing.
+    if outcome.code == INTERRUPTED || policy != CleanPodPolicy::None {
+        stop_all(&plan, &mut slots, &mut guard, &out).await;
+    } else {
+        out.status("cleanPodPolicy None: waiting for the processes still running");
+        while slots.iter().any(|s| s.pid.is_some()) {
+            tokio::select! {
+                _ = interrupt.recv() => { stop_all(&plan, &mut slots, &mut guard, &out).await; return Ok(Outcome { code: INTERRUPTED, what: "interrupted".into() }); }
+                Some((i, generation, _)) = exits.recv() => if slots[i].generation == generation { slots[i].pid = None; }
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// What an exit means under the job's rules; `Some` when the job is over.
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    plan: &Plan,
+    i: usize,
+    code: i32,
+    slots: &mut [Slot],
+    job_restarts: &mut u32,
+    backoff: Duration,
+    out: &Output,
+    guard: &mut Groups,
+) -> Option<Outcome> {
+    let name = plan.replicas[i].name.clone();
+    match (&plan.replicas[i].part, &plan.restarts) {
+        (Part::Role { role: Role::Coordinator, .. }, _) => {
+            let what =
+                if code == 0 { "Succeeded".to_owned() } else { format!("Failed: the coordinator exited with {code}") };
+            Some(Outcome { code, what })
+        }
+        (Part::Role { .. }, Restarts::PerReplica(limit)) => {
+            let slot = &mut slots[i];
+            if code == 0 {
+                slot.ended = Some(0);
+            } else if limit.is_some_and(|l| slot.restarts >= l) {
+                out.status(&format!("{name} failed again; restartLimit reached, it stays failed"));
+                slot.ended = Some(code);
+            } else {
+                slot.restarts += 1;
+                let wait = di_controller::plan::backoff(backoff, slot.restarts);
+                out.status(&format!("{name} is replaced in {wait:?} (restart {})", slot.restarts));
+                slot.due = Some(Instant::now() + wait);
+            }
+            None
+        }
+        (Part::Task { .. }, Restarts::Tasks { policy, limit }) => {
+            if code == 0 {
+                slots[i].ended = Some(0);
+                let deciding: Vec<usize> = plan
+                    .replicas
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| matches!(r.part, Part::Task { decides: true, .. }))
+                    .map(|(j, _)| j)
+                    .collect();
+                let done = deciding.iter().all(|j| slots[*j].ended == Some(0));
+                return done
+                    .then(|| Outcome { code: 0, what: "Succeeded: every pod of the deciding tasks succeeded".into() });
+            }
+            if *job_restarts >= *limit {
+                return Some(Outcome {
+                    code,
+                    what: format!("Failed: {name} exited with {code} past backoffLimit {limit}"),
+                });
+            }
+            *job_restarts += 1;
+            let wait = di_controller::plan::backoff(backoff, *job_restarts);
+            let due = Some(Instant::now() + wait);
+            if *policy == JobRestartPolicy::Job {
+                out.status(&format!("{name} failed: every process is replaced in {wait:?} (restart {job_restarts})"));
+                for slot in slots.iter_mut() {
+                    if let Some(pid) = slot.pid.take() {
+                        // Asked to stop now; whatever is left when the new round is due is
+                        // killed then (`start`). Their exits belong to the old round.
+                        guard.kill(pid, Signal::SIGTERM);
+                        slot.old = Some(pid);
+                    }
+                    slot.generation += 1;
+                    slot.ended = None;
+                    slot.due = due;
+                }
+            } else {
+                out.status(&format!("{name} failed: replaced in {wait:?} (restart {job_restarts})"));
+                slots[i].due = due;
+            }
+            None
+        }
+        _ => unreachable!("a plan's parts match its restart rules"),
+    }
+}
+
+fn start(
+    plan: &Plan,
+    i: usize,
+    slot: &mut Slot,
+    out: &Output,
+    exits: &mpsc::UnboundedSender<(usize, u64, i32)>,
+    guard: &mut Groups,
+) -> anyhow::Result<()> {
+    let replica = &plan.replicas[i];
+    if let Some(old) = slot.old.take() {
+        // A new round never runs beside a process of the last one.
+        guard.kill(old, Signal::SIGKILL);
+    }
+    std::fs::create_dir_all(&replica.workdir).with_context(|| format!("creating {}", replica.workdir.display()))?;
+    let mut command = Command::new(&replica.argv[0]);
+    command
+        .args(&replica.argv[1..])
+        .envs(replica.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&replica.workdir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A group of its own: signals reach whatever it starts, and Ctrl-C on the terminal
+        // reaches only the runner, which stops the groups in order.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command.spawn().with_context(|| format!("starting {}: {}", replica.name, replica.argv[0]))?;
+    let pid = child.id().map(|p| p as i32);
+    out.attach(&replica.name, child.stdout.take(), child.stderr.take());
+    slot.generation += 1;
+    slot.pid = pid;
+    if let Some(pid) = pid {
+        guard.add(pid);
+    }
+    let (generation, exits) = (slot.generation, exits.clone());
+    // The child is waited for here; the slot keeps its pid to signal it.
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        let code = status
+            .ok()
+            .and_then(|s| s.code().or_else(|| std::os::unix::process::ExitStatusExt::signal(&s).map(|n| 128 + n)))
+            .unwrap_or(1);
+        let _ = exits.send((i, generation, code));
+    });
+    slot.ended = None;
+    out.status(&format!("started {} (pid {}) at {}", replica.name, pid.unwrap_or_default(), replica.address));
+    Ok(())
+}
+
+/// SIGTERM to every group still running, SIGKILL to those left after their grace period.
+async fn stop_all(plan: &Plan, slots: &mut [Slot], guard: &mut Groups, out: &Output) {
+    let running: Vec<(usize, i32)> = slots.iter().enumerate().filter_map(|(i, s)| s.pid.map(|p| (i, p))).collect();
+    if running.is_empty() {
+        return;
+    }
+    out.status(&format!("stopping {} process(es)", running.len()));
+    for (_, pid) in &running {
+        guard.kill(*pid, Signal::SIGCONT);
+        guard.kill(*pid, Signal::SIGTERM);
+    }
+    let grace = running.iter().map(|(i, _)| plan.replicas[*i].grace).max().unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(grace);
+    while Instant::now() < deadline && running.iter().any(|(_, pid)| alive(*pid)) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (i, pid) in running {
+        if alive(pid) {
+            out.status(&format!("{} did not stop within {grace}s: SIGKILL", plan.replicas[i].name));
+        }
+        guard.kill(pid, Signal::SIGKILL);
+        slots[i].pid = None;
+    }
+    guard.groups.clear();
+}
+
+/// Whether a process group still has a member.
+fn alive(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// The process groups started, killed when the run ends in any way (an error, a panic).
+#[derive(Default)]
+struct Groups {
+    groups: BTreeSet<i32>,
+}
+
+impl Groups {
+    fn add(&mut self, pgid: i32) {
+        self.groups.insert(pgid);
+    }
+    fn forget(&mut self, pgid: i32) {
+        // Its leader exited; children it left in the group still get the end-of-run signals.
+        if !alive(pgid) {
+            self.groups.remove(&pgid);
+        }
+    }
+    fn kill(&self, pgid: i32, signal: Signal) {
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+    fn signal_all(&self, signal: Signal) {
+        for pgid in &self.groups {
+            self.kill(*pgid, signal);
+        }
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        self.signal_all(Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,209 @@
+//! `kubectl di run --local` end to end: real processes whose "workers" are short Python scripts
+//! that read their environment and reach each other over TCP at the addresses it advertises;
+//! replacement by the job's rules, its outcome as the exit code, and Ctrl-C leaving nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Local runs of one machine share 127.0.0.0/24: the tests take turns.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The tests' turn, or `None` (said why) when python3, which the workers are written in, is
+/// missing; under CI=true that fails instead.
+fn turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    if Command::new("python3").arg("--version").output().is_err() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(!ci, "CI=true, and python3 (the test workers' language) cannot be run");
+        eprintln!("SKIPPED: python3 cannot be run; the local-run tests need it");
+        return None;
+    }
+    Some(TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+fn kubectl_di() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-di"))
+}
+
+/// A scratch directory of its own for each test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("di-local-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A container running `script` with python3, marked with `marker` so its processes can be found.
+fn python(script: &str, marker: &str) -> serde_json::Value {
+    serde_json::json!({"spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+        "name": "di-container", "image": "python:3",
+        "command": ["python3", "-c", script],
+        "env": [{"name": "DI_LOCAL_TEST", "value": marker}],
+    }]}})
+}
+
+fn run(dir: &Path, job: &serde_json::Value) -> Output {
+    let file = dir.join("job.json");
+    std::fs::write(&file, job.to_string()).unwrap();
+    kubectl_di()
+        .args(["run", "--local", "-f"])
+        .arg(&file)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .args(["--restart-backoff-seconds", "0.2"])
+        .output()
+        .unwrap()
+}
+
+/// Processes whose environment carries `marker`.
+fn survivors(marker: &str) -> Vec<String> {
+    let needle = format!("DI_LOCAL_TEST={marker}");
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.split(|b| *b == 0).any(|v| v == needle.as_bytes())
+        {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
+}
+
+const LEARNER: &str = r#"
+import os, socket
+me = os.environ["DI_NODES"].split(",")[int(os.environ["DI_RANK"])]
+assert os.environ["DI_JOB_ID"] == "default/mesh", os.environ["DI_JOB_ID"]
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((me, 50515)); s.listen()
+for _ in range(2):
+    c, addr = s.accept(); print("hello from", c.recv(100).decode(), "at", addr[0], flush=True); c.close()
+"#;
+
+/// Says hello to the learner from its own address; with FAIL_FIRST, its first run fails.
+const COLLECTOR: &str = r#"
+import os, socket, time, sys
+if os.environ.get("FAIL_FIRST") and not os.path.exists("failed-once"):
+    open("failed-once", "w").close(); sys.exit(3)
+me = os.environ["DI_NODES"].split(",")[int(os.environ["DI_RANK"])]
+assert me in os.environ["DI_COLLECTOR_NODES"].split(",")
+for _ in range(100):
+    try:
+        c = socket.socket(); c.bind((me, 0)); c.connect((os.environ["DI_LEARNER_NODES"], 50515)); break
+    except OSError:
+        time.sleep(0.1)
+c.send(os.environ["KUBERNETES_POD_NAME"].encode())
+time.sleep(60)
+"#;
+
+fn mesh(marker: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut collector = python(COLLECTOR, marker);
+    if extra.get("failFirst").is_some() {
+        collector["spec"]["containers"][0]["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"name": "FAIL_FIRST", "value": "1"}));
+    }
+    serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "mesh"},
+        "spec": {"backoffLimit": extra.get("backoffLimit").cloned().unwrap_or(3.into()), "tasks": [
+            {"type": "learner", "template": python(LEARNER, marker)},
+            {"type": "collector", "replicas": 2, "template": collector},
+        ]},
+    })
+}
+
+#[test]
+fn a_task_job_finds_its_peers_and_its_learner_decides() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("mesh");
+    let marker = format!("mesh-{}", std::process::id());
+    let out = run(&dir, &mesh(&marker, serde_json::json!({})));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("mesh-learner-0   | hello from mesh-collector-0 at 127.0.0.3"), "{stdout}");
+    assert!(stdout.contains("hello from mesh-collector-1 at 127.0.0.4"), "{stdout}");
+    assert!(stderr.contains("the job Succeeded"), "{stderr}");
+    assert_eq!(survivors(&marker), Vec::<String>::new(), "the collectors were stopped with the job");
+}
+
+#[test]
+fn a_failed_worker_is_replaced_and_past_the_limit_the_job_fails() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("restart");
+    let marker = format!("restart-{}", std::process::id());
+    let out = run(&dir, &mesh(&marker, serde_json::json!({"failFirst": true})));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("mesh-collector-0 failed: replaced in"), "{stderr}");
+    assert!(dir.join("run/mesh-collector-0/failed-once").exists(), "a replacement keeps its working directory");
+
+    let dir = scratch("limit");
+    let out = run(&dir, &mesh(&marker, serde_json::json!({"failFirst": true, "backoffLimit": 1})));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "the failed worker's code: {stderr}");
+    assert!(stderr.contains("past backoffLimit 1"), "{stderr}");
+    assert_eq!(survivors(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn a_role_job_ends_with_its_coordinator() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("roles");
+    let marker = format!("roles-{}", std::process::id());
+    let coordinator = r#"
+import os, sys
+assert os.environ["KUBERNETES_COORDINATOR_URL"] == "127.0.0.2:" + os.environ["COORDINATOR_PORT"]
+sys.exit(int(os.environ["EXIT"]))
+"#;
+    let mut template = python(coordinator, &marker);
+    template["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "EXIT", "value": "4"}));
+    let job = serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "roles"},
+        "spec": {"coordinator": {"template": template},
+                 "collector": {"replicas": 1, "template": python("import time; time.sleep(60)", &marker)}},
+    });
+    let out = run(&dir, &job);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "the coordinator's code: {stderr}");
+    assert!(stderr.contains("warning: KUBERNETES_SERVER_URL points at the run's replica endpoint"), "{stderr}");
+    assert_eq!(survivors(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("interrupt");
+    let marker = format!("interrupt-{}", std::process::id());
+    let stubborn =
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)";
+    let job = serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "stuck"},
+        "spec": {"tasks": [{"name": "worker", "replicas": 2, "template": python(stubborn, &marker)}]},
+    });
+    let file = dir.join("job.json");
+    std::fs::write(&file, job.to_string()).unwrap();
+    let mut child = kubectl_di()
+        .args(["run", "--local", "-f"])
+        .arg(&file)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while survivors(&marker).len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the workers never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("did not stop within 1s: SIGKILL"), "{stderr}");
+    assert_eq!(survivors(&marker), Vec::<String>::new(), "{stderr}");
+}
