@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Local runs of one machine share 127.0.0.0/24: the tests take turns.
+/// Local runs of one machine share 127.0.0.0/24 (a second one is refused): the tests take turns.
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The tests' turn, or `None` (said why) when python3, which the workers are written in, is
@@ -199,6 +199,11 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
         assert!(started.elapsed() < Duration::from_secs(20), "the workers never started");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Meanwhile a second run is refused, not left to collide with this one.
+    let second = run(&dir, &job);
+    let refusal = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{refusal}");
+    assert!(refusal.contains(&format!("another local run (pid {})", child.id())), "{refusal}");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     let status = child.wait().unwrap();
     let mut stderr = String::new();

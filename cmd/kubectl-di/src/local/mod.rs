@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use di_api::DIJob;
 use di_api::defaults::{clean_pod_policy, default_dijob};
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::cli::RunArgs;
 use crate::manifest;
@@ -59,6 +60,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         print!("{}", describe(&plan));
         return Ok(0);
     }
+    let _machine = machine_lock()?;
     let names: Vec<String> = plan.replicas.iter().map(|r| r.name.clone()).collect();
     let out = output::Output::new(&names, args.logs_dir.clone())?;
     std::fs::create_dir_all(&run_dir)?;
@@ -66,6 +68,30 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
     let backoff = Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0));
     let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out).await?;
     Ok(outcome.code)
+}
+
+/// Local runs of one machine share 127.0.0.0/24: a second one at the same time is refused
+/// rather than left to collide with the first. Held until the run ends.
+fn machine_lock() -> anyhow::Result<Flock<std::fs::File>> {
+    let path = std::env::temp_dir().join("di-local-run.lock");
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            use std::io::{Seek, Write};
+            lock.set_len(0)?;
+            lock.rewind()?;
+            write!(lock, "{}", std::process::id())?;
+            Ok(lock)
+        }
+        Err((_, _)) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another local run (pid {}) is using the loopback addresses 127.0.0.2 and up; wait for it to end or \
+                 stop it (Ctrl-C, or kill -INT {0})",
+                holder.trim()
+            )
+        }
+    }
 }
 
 /// What `--dry-run` prints: every process with its address, directory, command and environment.
