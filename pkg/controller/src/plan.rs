@@ -121,18 +121,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     facts.phase_reason = phase_reason(phase, coordinator);
 
     if phase.is_finished() {
-        let policy = clean_pod_policy(job);
-        for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
-            let remove = match policy {
-                CleanPodPolicy::All => true,
-                CleanPodPolicy::Running => is_active(pod),
-                CleanPodPolicy::None => false,
-            };
-            if remove {
-                actions.push(delete_pod(pod, Why::Cleanup));
-            }
-        }
-        actions.extend(services.values().map(|s| delete_service(s)));
+        actions.extend(cleanup(job, world));
         if !previous.is_some_and(Phase::is_finished) {
             actions.push(Action::DeleteRbac);
         }
@@ -271,6 +260,19 @@ fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
         Phase::Pending | Phase::Starting | Phase::Restarting => ("", String::new()),
     };
     (reason.into(), message)
+}
+
+/// What a finished job leaves: its pods by its clean pod policy; its Services go in any case.
+pub(crate) fn cleanup(job: &DIJob, world: &World) -> Vec<Action> {
+    let policy = clean_pod_policy(job);
+    let pods = world.pods.iter().filter(|p| !is_terminating(p)).filter(|pod| match policy {
+        CleanPodPolicy::All => true,
+        CleanPodPolicy::Running => is_active(pod),
+        CleanPodPolicy::None => false,
+    });
+    let mut actions: Vec<Action> = pods.map(|p| delete_pod(p, Why::Cleanup)).collect();
+    actions.extend(world.services.iter().map(|s| delete_service(s)));
+    actions
 }
 
 pub(crate) fn delete_pod(pod: &Pod, why: Why) -> Action {

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use di_api::contract::annotations as marks;
-use di_api::defaults::{CleanPodPolicy, clean_pod_policy};
 use di_api::tasks::{self, annotations};
 use di_api::{DIJob, JobRestartPolicy, Phase};
 use k8s_openapi::api::core::v1::Pod;
@@ -21,9 +20,9 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 
 use crate::desired::{self, BuildError, Settings, TaskObjects};
-use crate::plan::{Action, Plan, Why, World, backoff, delete_pod, delete_service, restart_after, restarts_of};
+use crate::plan::{Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of};
 use crate::restarts::Mark;
-use crate::status::{self, Facts, is_active, is_terminating, pod_phase};
+use crate::status::{self, Facts, is_terminating, pod_phase};
 
 /// Decides a pass for a defaulted, valid task job.
 pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Duration) -> Result<Plan, BuildError> {
@@ -88,7 +87,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     };
 
     if phase.is_finished() {
-        cleanup(job, world, &mut actions);
+        actions.extend(cleanup(job, world));
     } else if facts.suspended {
         actions.extend(world.pods.iter().copied().filter(live).map(|p| delete_pod(p, Why::Suspended)));
         actions.extend(world.services.iter().map(|s| delete_service(s)));
@@ -181,20 +180,4 @@ fn progress(
     } else {
         (Phase::Pending, text("PodsPending", "creating the job's pods"))
     }
-}
-
-/// What a finished job leaves, by its clean pod policy; its Service goes in any case.
-fn cleanup(job: &DIJob, world: &World, actions: &mut Vec<Action>) {
-    let policy = clean_pod_policy(job);
-    for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
-        let remove = match policy {
-            CleanPodPolicy::All => true,
-            CleanPodPolicy::Running => is_active(pod),
-            CleanPodPolicy::None => false,
-        };
-        if remove {
-            actions.push(delete_pod(pod, Why::Cleanup));
-        }
-    }
-    actions.extend(world.services.iter().map(|s| delete_service(s)));
 }
