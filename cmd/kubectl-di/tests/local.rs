@@ -122,7 +122,7 @@ fn a_task_job_finds_its_peers_and_its_learner_decides() {
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     assert!(stdout.contains("mesh-learner-0   | hello from mesh-collector-0 at 127.0.0.3"), "{stdout}");
     assert!(stdout.contains("hello from mesh-collector-1 at 127.0.0.4"), "{stdout}");
-    assert!(stderr.contains("the job Succeeded"), "{stderr}");
+    assert!(stderr.contains("the job is Succeeded"), "{stderr}");
     assert_eq!(survivors(&marker), Vec::<String>::new(), "the collectors were stopped with the job");
 }
 
@@ -177,8 +177,9 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
     let Some(_turn) = turn() else { return };
     let dir = scratch("interrupt");
     let marker = format!("interrupt-{}", std::process::id());
+    // It says it is up (a file in its working directory) only once it ignores SIGTERM.
     let stubborn =
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)";
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open('up', 'w').close(); time.sleep(120)";
     let job = serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "stuck"},
         "spec": {"tasks": [{"name": "worker", "replicas": 2, "template": python(stubborn, &marker)}]},
@@ -195,7 +196,8 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
         .spawn()
         .unwrap();
     let started = Instant::now();
-    while survivors(&marker).len() < 2 {
+    let up = |i: u32| dir.join(format!("run/stuck-worker-{i}/up")).exists();
+    while !(up(0) && up(1)) {
         assert!(started.elapsed() < Duration::from_secs(20), "the workers never started");
         std::thread::sleep(Duration::from_millis(100));
     }

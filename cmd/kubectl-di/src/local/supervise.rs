@@ -71,8 +71,8 @@ pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Out
             }
         };
         tokio::select! {
-            _ = interrupt.recv() => break Outcome { code: INTERRUPTED, what: "interrupted".into() },
-            _ = terminate.recv() => break Outcome { code: INTERRUPTED, what: "terminated".into() },
+            _ = interrupt.recv() => break Outcome { code: INTERRUPTED, what: "was interrupted (SIGINT)".into() },
+            _ = terminate.recv() => break Outcome { code: INTERRUPTED, what: "was stopped (SIGTERM)".into() },
             _ = pause.recv() => { guard.signal_all(Signal::SIGSTOP); out.status("paused every process (SIGUSR2 resumes)"); }
             _ = resume.recv() => { guard.signal_all(Signal::SIGCONT); out.status("resumed every process"); }
             _ = sleep => {
@@ -104,7 +104,7 @@ pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Out
         out.status("cleanPodPolicy None: waiting for the processes still running");
         while slots.iter().any(|s| s.pid.is_some()) {
             tokio::select! {
-                _ = interrupt.recv() => { stop_all(&plan, &mut slots, &mut guard, &out).await; return Ok(Outcome { code: INTERRUPTED, what: "interrupted".into() }); }
+                _ = interrupt.recv() => { stop_all(&plan, &mut slots, &mut guard, &out).await; return Ok(Outcome { code: INTERRUPTED, what: "was interrupted (SIGINT)".into() }); }
                 Some((i, generation, _)) = exits.recv() => if slots[i].generation == generation { slots[i].pid = None; }
             }
         }
@@ -127,8 +127,11 @@ fn decide(
     let name = plan.replicas[i].name.clone();
     match (&plan.replicas[i].part, &plan.restarts) {
         (Part::Role { role: Role::Coordinator, .. }, _) => {
-            let what =
-                if code == 0 { "Succeeded".to_owned() } else { format!("Failed: the coordinator exited with {code}") };
+            let what = if code == 0 {
+                "is Succeeded".to_owned()
+            } else {
+                format!("is Failed: the coordinator exited with {code}")
+            };
             Some(Outcome { code, what })
         }
         (Part::Role { .. }, Restarts::PerReplica(limit)) => {
@@ -157,13 +160,15 @@ fn decide(
                     .map(|(j, _)| j)
                     .collect();
                 let done = deciding.iter().all(|j| slots[*j].ended == Some(0));
-                return done
-                    .then(|| Outcome { code: 0, what: "Succeeded: every pod of the deciding tasks succeeded".into() });
+                return done.then(|| Outcome {
+                    code: 0,
+                    what: "is Succeeded: every pod of the deciding tasks succeeded".into(),
+                });
             }
             if *job_restarts >= *limit {
                 return Some(Outcome {
                     code,
-                    what: format!("Failed: {name} exited with {code} past backoffLimit {limit}"),
+                    what: format!("is Failed: {name} exited with {code} past backoffLimit {limit}"),
                 });
             }
             *job_restarts += 1;
