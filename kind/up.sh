@@ -58,7 +58,9 @@ fi
 echo "$image_id" >"$STATE_DIR/orchestrator-image"
 "$kubectl" -n di-system rollout status deployment/di-orchestrator --timeout=180s
 # Ready pods are not yet a webhook that answers: their addresses reach kube-proxy's rules a moment
-# later. Done when a dry-run DIJob passes the webhook 12 times in a row.
+# later. Done when a dry-run DIJob passes the webhook 12 times in a row, 0.25 s apart: the rule of
+# di_client::wait::until_webhook_settled (kubectl di install and the e2e suite), in shell here
+# because this script deploys with kubectl and does not build the plugin.
 probe='{"apiVersion":"diengine.opendilab.org/v1alpha1","kind":"DIJob","metadata":{"name":"di-webhook-probe","namespace":"di-system"},"spec":{"coordinator":{"template":{"spec":{"containers":[{"name":"di-container","image":"probe"}]}}}}}'
 answered=0
 for _ in $(seq 480); do

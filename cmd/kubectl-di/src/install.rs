@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use di_client::apply::{self, api_for};
 use di_client::is_status;
-use di_client::wait::{Unanswered, until_webhook_answers};
+use di_client::wait::{Unanswered, until_webhook_settled};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, DynamicObject};
 use serde_json::json;
@@ -23,9 +23,6 @@ const INSTALL: [(&str, &str); 5] = [
     ("deployment.yaml", include_str!("../../../manifests/install/deployment.yaml")),
     ("webhook.yaml", include_str!("../../../manifests/install/webhook.yaml")),
 ];
-
-/// How often `install` asks whether the webhook answers.
-const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// Every object of the embedded install manifests, the image set to `image`.
 fn install_objects(image: &str) -> anyhow::Result<Vec<DynamicObject>> {
@@ -68,9 +65,9 @@ pub async fn install(ctx: &Ctx, args: &InstallArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let timeout = Duration::from_secs(args.timeout);
-    if let Err(Unanswered { last }) = until_webhook_answers(&ctx.client, "di-system", timeout, PROBE_EVERY).await {
+    if let Err(Unanswered { last }) = until_webhook_settled(&ctx.client, "di-system", timeout).await {
         let last = last.map(|e| e.to_string()).unwrap_or_default();
-        bail!("the orchestrator's webhook did not answer within {}s: {last}", args.timeout);
+        bail!("the orchestrator's webhook did not answer steadily within {}s: {last}", args.timeout);
     }
     println!("the orchestrator is installed and its webhook answers");
     Ok(())

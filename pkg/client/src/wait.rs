@@ -143,15 +143,14 @@ where
     answered.map_err(|_| Unanswered { last })
 }
 
-/// Waits until the orchestrator's admission webhook answers: a dry-run create of a DIJob in
-/// `namespace` goes through it (and through the API server's whole admission chain) and is
-/// accepted. Asks every `every` for at most `timeout`.
-pub async fn until_webhook_answers(
-    client: &kube::Client,
-    namespace: &str,
-    timeout: Duration,
-    every: Duration,
-) -> Result<(), Unanswered<kube::Error>> {
+/// Answers in a row that make a webhook settled (see [`until_webhook_settled`]).
+pub const SETTLED_ANSWERS: u32 = 12;
+/// The pause between two of those answers.
+pub const SETTLED_EVERY: Duration = Duration::from_millis(250);
+
+/// Asks the orchestrator's admission webhook once: a dry-run create of a DIJob in `namespace`
+/// goes through it (and through the API server's whole admission chain) and is accepted.
+pub async fn webhook_answers(client: &kube::Client, namespace: &str) -> Result<(), kube::Error> {
     let job: DIJob = serde_json::from_value(serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
         "metadata": {"name": "di-webhook-probe", "namespace": namespace},
@@ -160,7 +159,49 @@ pub async fn until_webhook_answers(
     .expect("the probe is a DIJob");
     let api: Api<DIJob> = Api::namespaced(client.clone(), namespace);
     let params = kube::api::PostParams { dry_run: true, ..Default::default() };
-    probe(timeout, every, || api.create(&params, &job)).await.map(|_| ())
+    api.create(&params, &job).await.map(|_| ())
+}
+
+/// Waits until the webhook has answered [`SETTLED_ANSWERS`] times in a row, [`SETTLED_EVERY`]
+/// apart, at most `timeout`. One answer is not enough: a new pod's address (or a killed one's
+/// absence) reaches kube-proxy's rules a moment after the pod is ready, and until then a write of
+/// a DIJob can be refused (seen on kind right after a deploy and after a restart).
+pub async fn until_webhook_settled(
+    client: &kube::Client,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<(), Unanswered<kube::Error>> {
+    settled(timeout, SETTLED_ANSWERS, SETTLED_EVERY, || webhook_answers(client, namespace)).await
+}
+
+/// Calls `ask` until it has succeeded `in_a_row` times in a row, `every` apart, at most `timeout`.
+/// One try each: a retry inside a try could hide a dead endpoint behind a live one.
+pub async fn settled<E, F>(
+    timeout: Duration,
+    in_a_row: u32,
+    every: Duration,
+    mut ask: impl FnMut() -> F,
+) -> Result<(), Unanswered<E>>
+where
+    F: Future<Output = Result<(), E>>,
+{
+    let mut last = None;
+    let asking = async {
+        let mut answered = 0;
+        while answered < in_a_row {
+            match ask().await {
+                Ok(()) => answered += 1,
+                Err(e) => {
+                    answered = 0;
+                    last = Some(e);
+                }
+            }
+            if answered < in_a_row {
+                tokio::time::sleep(every).await;
+            }
+        }
+    };
+    tokio::time::timeout(timeout, asking).await.map_err(|_| Unanswered { last })
 }
 
 #[cfg(test)]
@@ -193,6 +234,23 @@ mod tests {
         assert_eq!(failure(&job(failed)).as_deref(), Some("coordinator exited 1"));
         assert_eq!(failure(&job(json!({"phase": "Failed"}))).as_deref(), Some(""));
         assert_eq!(failure(&job(json!({"phase": "Running"}))), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settled_means_answers_in_a_row() {
+        // Fails on the 3rd and 5th asks: settled after the 5th, by 3 answers in a row.
+        let mut asks = 0;
+        let answer = settled(Duration::from_secs(10), 3, Duration::from_secs(1), || {
+            asks += 1;
+            let now = asks;
+            async move { if now == 3 || now == 5 { Err(now) } else { Ok(()) } }
+        })
+        .await;
+        assert!(answer.is_ok());
+        assert_eq!(asks, 8);
+        let never =
+            settled(Duration::from_secs(10), 3, Duration::from_secs(1), || async { Err::<(), _>("down") }).await;
+        assert_eq!(never.unwrap_err().last, Some("down"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -69,8 +69,7 @@ impl Orchestrator {
     }
 
     /// Starts it again after [`Orchestrator::kill`]. On kind its Deployment does; this waits until
-    /// the webhook answers every time for 3 s, as every write of a DIJob needs it (failurePolicy
-    /// Fail).
+    /// the webhook answers steadily, as every write of a DIJob needs it (failurePolicy Fail).
     pub async fn restart(&mut self) {
         match self {
             Orchestrator::Local(local) => local.restart(),
@@ -89,24 +88,13 @@ impl Orchestrator {
     }
 }
 
-/// Waits until the deployed orchestrator's webhook answers every time for 3 s. Pods that are
-/// ready are not enough: a new pod's address (or a killed one's absence) reaches kube-proxy's
-/// rules a moment later, and until then a write of a DIJob can be refused.
+/// Waits until the deployed orchestrator's webhook answers steadily, as `kubectl di install`
+/// does (`di_client::wait::until_webhook_settled`).
 pub async fn webhook_settled(client: &Client) {
-    use std::time::Duration;
-    let every = Duration::from_millis(250);
-    let settled = async {
-        let mut in_a_row = 0;
-        while in_a_row < 12 {
-            // One attempt each (the retry interval exceeds the timeout): a retry could hide a
-            // dead endpoint behind a live one.
-            let (once, never) = (Duration::from_secs(5), Duration::from_secs(10));
-            let answered = di_client::wait::until_webhook_answers(client, "di-system", once, never).await;
-            in_a_row = if answered.is_ok() { in_a_row + 1 } else { 0 };
-            tokio::time::sleep(every).await;
-        }
-    };
-    crate::cluster::within(Duration::from_secs(120), "the orchestrator's webhook to answer again", settled).await;
+    let settled = di_client::wait::until_webhook_settled(client, "di-system", std::time::Duration::from_secs(120));
+    if let Err(e) = settled.await {
+        panic!("the orchestrator's webhook did not answer steadily within 120 s: {:?}", e.last);
+    }
 }
 
 impl LocalOrchestrator {
