@@ -145,30 +145,65 @@ fn a_failed_worker_is_replaced_and_past_the_limit_the_job_fails() {
     assert_eq!(survivors(&marker), Vec::<String>::new());
 }
 
+/// A 0.2 coordinator, as DI-engine's: waits for its replica endpoint, asks it for two collectors,
+/// talks to one at the URL the answer gave, removes it, then exits with 4.
+const COORDINATOR: &str = r#"
+import json, os, socket, sys, time, urllib.request
+server = "http://" + os.environ["KUBERNETES_SERVER_URL"]
+assert os.environ["KUBERNETES_COORDINATOR_URL"] == "127.0.0.2:" + os.environ["COORDINATOR_PORT"]
+me = {"namespace": os.environ["KUBERNETES_POD_NAMESPACE"], "coordinator": os.environ["KUBERNETES_POD_NAME"]}
+def call(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    with urllib.request.urlopen(urllib.request.Request(server + path, data=data, method=method), timeout=30) as r:
+        return json.loads(r.read())
+for _ in range(100):
+    try:
+        call("GET", "/healthz"); break
+    except OSError:
+        time.sleep(0.1)
+added = call("POST", "/v1alpha1/replicas", dict(me, collectors={"replicas": 2}))
+urls = added["data"]["collectors"]
+assert added["success"] and len(urls) == 2, added
+host, port = urls[1].rsplit(":", 1)
+for _ in range(100):
+    try:
+        s = socket.create_connection((host, int(port))); break
+    except OSError:
+        time.sleep(0.1)
+print("collector says", s.recv(100).decode(), flush=True)
+removed = call("DELETE", "/v1alpha1/replicas", dict(me, collectors={"replicas": 1}))
+assert removed["data"]["collectors"] == [urls[1]], removed
+listed = call("GET", "/v1alpha1/replicas?namespace=%s&coordinator=%s" % (me["namespace"], me["coordinator"]))
+print("left", listed["data"]["collectors"], flush=True)
+sys.exit(4)
+"#;
+
+/// Serves its pod name on 0.0.0.0:$COLLECTOR_PORT, as DI-engine's collectors bind.
+const ROLE_COLLECTOR: &str = r#"
+import os, socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(os.environ["COLLECTOR_PORT"]))); s.listen()
+while True:
+    c, _ = s.accept(); c.send(os.environ["KUBERNETES_POD_NAME"].encode()); c.close()
+"#;
+
 #[test]
-fn a_role_job_ends_with_its_coordinator() {
+fn a_role_job_scales_through_its_endpoint_and_ends_with_its_coordinator() {
     let Some(_turn) = turn() else { return };
     let dir = scratch("roles");
     let marker = format!("roles-{}", std::process::id());
-    let coordinator = r#"
-import os, sys
-assert os.environ["KUBERNETES_COORDINATOR_URL"] == "127.0.0.2:" + os.environ["COORDINATOR_PORT"]
-sys.exit(int(os.environ["EXIT"]))
-"#;
-    let mut template = python(coordinator, &marker);
-    template["spec"]["containers"][0]["env"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"name": "EXIT", "value": "4"}));
     let job = serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "roles"},
-        "spec": {"coordinator": {"template": template},
-                 "collector": {"replicas": 1, "template": python("import time; time.sleep(60)", &marker)}},
+        "spec": {"coordinator": {"template": python(COORDINATOR, &marker)},
+                 "collector": {"replicas": 0, "template": python(ROLE_COLLECTOR, &marker)}},
     });
     let out = run(&dir, &job);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "the coordinator's code: {stderr}");
-    assert!(stderr.contains("warning: KUBERNETES_SERVER_URL points at the run's replica endpoint"), "{stderr}");
+    assert_eq!(out.status.code(), Some(4), "the coordinator's code: {stdout}{stderr}");
+    assert!(stdout.contains("collector says roles-collector-1"), "{stdout}");
+    assert!(stdout.contains("left ['127.0.0.3:32001']"), "{stdout}");
+    assert!(stderr.contains("roles-collector-1 scaled away"), "{stderr}");
     assert_eq!(survivors(&marker), Vec::<String>::new());
 }
 

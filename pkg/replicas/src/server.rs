@@ -80,6 +80,12 @@ pub fn router(endpoint: Arc<Endpoint>) -> Router {
             .route(&format!("{version}/replicas"), get(list).post(add).delete(remove))
             .route(&format!("{version}/replicas/failed"), post(failed));
     }
+    answers_every_route(router).with_state(endpoint)
+}
+
+/// What every replica endpoint (this one, and a local run's) answers besides its routes: the
+/// envelope for an unknown route or method, and the body limit.
+pub fn answers_every_route<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
     router
         .fallback(|method: Method| async move {
             let (status, message) = match method {
@@ -93,12 +99,13 @@ pub fn router(endpoint: Arc<Endpoint>) -> Router {
             (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body))
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(endpoint)
 }
 
-type Outcome<T> = Result<(Option<T>, String), ApiError>;
+/// An answer's data and message, or the error it answers with.
+pub type Outcome<T> = Result<(Option<T>, String), ApiError>;
 
-fn envelope<T: Serialize>(outcome: Outcome<T>) -> Response {
+/// The envelope DI-engine reads, with the error's HTTP status.
+pub fn envelope<T: Serialize>(outcome: Outcome<T>) -> Response {
     match outcome {
         Ok((data, message)) => {
             (StatusCode::OK, axum::Json(Envelope { success: true, code: 0, message, data })).into_response()
@@ -113,7 +120,7 @@ fn envelope<T: Serialize>(outcome: Outcome<T>) -> Response {
 
 /// A JSON object whatever the Content-Type (DI-engine sends none). Serde would also read an
 /// array, field by field, which no client means.
-fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+pub fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = bytes.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge(format!("the body is larger than {MAX_BODY} bytes")),
         _ => ApiError::BadRequest(format!("the body cannot be read: {rejection}")),

@@ -2,6 +2,8 @@
 //! contract the orchestrator would give its pods (`plan`), supervised by the job's own rules
 //! (`supervise`), with each replica's output prefixed by its name (`output`). No cluster needed.
 
+mod endpoint;
+mod groups;
 mod output;
 mod plan;
 mod supervise;
@@ -52,7 +54,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         Some(dir) => dir.clone(),
         None => PathBuf::from(".di-run").join(&name),
     };
-    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port)?;
+    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port, &[])?;
     for warning in &plan.warnings {
         eprintln!("warning: {warning}");
     }
@@ -66,7 +68,16 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&run_dir)?;
     std::fs::write(run_dir.join("runner.pid"), std::process::id().to_string())?;
     let backoff = Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0));
-    let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out).await?;
+    let (requests, supervisor) = tokio::sync::mpsc::unbounded_channel();
+    if !job.spec.is_task_job() {
+        // A 0.2 coordinator scales its job through it; a task job has none (docs/TASKS.md).
+        let mut served = job.clone();
+        served.metadata.namespace.get_or_insert_with(|| "default".into());
+        endpoint::serve(served, requests).await?;
+    }
+    let (dir, first_port) = (std::path::absolute(&run_dir)?, args.first_port);
+    let replan: supervise::Replan = Box::new(move |job, previous| plan::plan(job, &dir, first_port, previous));
+    let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out, supervisor, replan).await?;
     Ok(outcome.code)
 }
 

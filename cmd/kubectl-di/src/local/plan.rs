@@ -9,12 +9,12 @@
 //! `DI_NODES` both work unchanged. Names the contract hands out (`<pod>.<namespace>:<port>`, task
 //! FQDNs) are written as these addresses, since nothing resolves the cluster's names here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
-use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, env, names};
+use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, names};
 use di_api::resources::{di_port, main_container_index};
 use di_api::{DIJob, JobRestartPolicy};
 use di_controller::desired::{self, Settings};
@@ -64,11 +64,12 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// The first replica address: 127.0.0.1 stays for the run's own endpoint.
+/// The first replica address' last octet: 127.0.0.1 stays for the run's own endpoint.
 const FIRST_HOST: u8 = 2;
 
 /// Plans `job` (defaulted and valid) in `run_dir`; role replicas get ports from `first_port` on.
-pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16) -> anyhow::Result<Plan> {
+/// The replicas of `previous`, an earlier plan of the same run, keep their addresses and ports.
+pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16, previous: &[LocalReplica]) -> anyhow::Result<Plan> {
     let settings = Settings::default();
     let namespace = job.namespace().unwrap_or_else(|| "default".into());
     let mut job = job.clone();
@@ -100,28 +101,40 @@ pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16) -> anyhow::Result<Plan
         let pods = replicas.into_iter().map(|r| (r.pod, Part::Role { role: r.role, index: r.index })).collect();
         (pods, Restarts::PerReplica(job.spec.restart_limit.map(|l| l.max(0) as u32)))
     };
-    if pods.len() > (u8::MAX - FIRST_HOST) as usize {
-        bail!("{} pods do not fit in 127.0.0.0/24; run at most {} locally", pods.len(), u8::MAX - FIRST_HOST);
-    }
-
-    // Every name the contract hands out, and what it is here.
+    // Every name the contract hands out, and what it is here. A replica of an earlier plan of
+    // this run keeps its address and port; a new one takes the lowest free.
+    let mut hosts: BTreeSet<u8> = previous.iter().map(|r| r.address.octets()[3]).collect();
+    let mut ports: BTreeSet<u16> = previous.iter().filter_map(|r| r.port).collect();
     let mut addresses: Vec<(String, String)> = vec![];
     let mut locals = vec![];
-    for (i, (pod, _)) in pods.iter().enumerate() {
-        let address = Ipv4Addr::new(127, 0, 0, FIRST_HOST + i as u8);
-        let spec = pod.spec.as_ref().ok_or_else(|| anyhow!("{} has no pod spec", pod.name_any()))?;
-        let cluster_port = di_port(spec);
-        let port = match (&pods[i].1, cluster_port) {
-            (Part::Role { .. }, Some(p)) => {
-                let local =
-                    first_port.checked_add(i as u16).ok_or_else(|| anyhow!("no port left above {first_port}"))?;
-                addresses.push((names::url(&pod.name_any(), &namespace, p), format!("{address}:{local}")));
-                Some(local)
+    for (pod, part) in &pods {
+        let pod_name = pod.name_any();
+        let spec = pod.spec.as_ref().ok_or_else(|| anyhow!("{pod_name} has no pod spec"))?;
+        let cluster_port = di_port(spec).filter(|_| matches!(part, Part::Role { .. }));
+        let (address, port) = match previous.iter().find(|r| r.name == pod_name) {
+            Some(earlier) => (earlier.address, earlier.port),
+            None => {
+                let host = (FIRST_HOST..=u8::MAX - 1).find(|h| !hosts.contains(h)).ok_or_else(|| {
+                    anyhow!("more pods than 127.0.0.0/24 holds; run at most {} locally", u8::MAX - FIRST_HOST)
+                })?;
+                hosts.insert(host);
+                let port = match cluster_port {
+                    Some(_) => {
+                        let free = (first_port..=u16::MAX).find(|p| !ports.contains(p));
+                        let port = free.ok_or_else(|| anyhow!("no port left above {first_port}"))?;
+                        ports.insert(port);
+                        Some(port)
+                    }
+                    None => None,
+                };
+                (Ipv4Addr::new(127, 0, 0, host), port)
             }
-            _ => None,
         };
+        if let (Some(cluster), Some(local)) = (cluster_port, port) {
+            addresses.push((names::url(&pod_name, &namespace, cluster), format!("{address}:{local}")));
+        }
         if job.spec.is_task_job() {
-            let fqdn = di_api::tasks::fqdn(&pod.name_any(), &name, &namespace, &settings.cluster_domain);
+            let fqdn = di_api::tasks::fqdn(&pod_name, &name, &namespace, &settings.cluster_domain);
             addresses.push((fqdn, address.to_string()));
         }
         locals.push((address, port));
@@ -162,14 +175,6 @@ pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16) -> anyhow::Result<Plan
         }
         if let (Part::Role { role, .. }, Some(port)) = (&part, port) {
             vars.insert(role.port_env().to_owned(), port.to_string());
-        }
-        if vars.contains_key(env::SERVER_URL) {
-            let what = format!(
-                "{} points at the run's replica endpoint, which local runs do not serve yet: a coordinator \
-                 that scales through it is refused",
-                env::SERVER_URL
-            );
-            warnings.push((pod_name.clone(), what));
         }
         let grace = spec.termination_grace_period_seconds.unwrap_or(30).max(0) as u64;
         out.push(LocalReplica {

@@ -29,7 +29,7 @@ fn task_peers_are_loopback_addresses_in_rank_order() {
         json!({"tasks": [{"type": "learner", "template": container("learn")}, {"type": "collector", "replicas": 2, "template": container("collect")}]}),
         "v2alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000).unwrap();
+    let plan = plan(&job, Path::new("/run"), 32000, &[]).unwrap();
     let names: Vec<&str> = plan.replicas.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["j-learner-0", "j-collector-0", "j-collector-1"]);
     let addresses: Vec<String> = plan.replicas.iter().map(|r| r.address.to_string()).collect();
@@ -60,7 +60,7 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
         json!({"coordinator": {"template": container("coordinate")}, "collector": {"replicas": 2, "template": container("collect")}}),
         "v1alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000).unwrap();
+    let plan = plan(&job, Path::new("/run"), 32000, &[]).unwrap();
     let ports: Vec<(String, Option<u16>)> = plan.replicas.iter().map(|r| (r.name.clone(), r.port)).collect();
     assert_eq!(
         ports,
@@ -76,14 +76,13 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
     assert_eq!(env(coordinator, "KUBERNETES_SERVER_URL"), Some("127.0.0.1:22280"));
     assert_eq!(env(&plan.replicas[2], "COLLECTOR_PORT"), Some("32002"));
     assert_eq!(plan.restarts, Restarts::PerReplica(None));
-    assert!(plan.warnings.iter().any(|w| w.contains("local runs do not serve yet")), "{:?}", plan.warnings);
 }
 
 #[test]
 fn what_cannot_run_locally_is_refused_or_named() {
     let no_command =
         json!({"tasks": [{"type": "learner", "template": {"spec": {"containers": [{"name": "c", "image": "ding"}]}}}]});
-    let err = plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000).unwrap_err().to_string();
+    let err = plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000, &[]).unwrap_err().to_string();
     assert!(err.contains("sets no command"), "{err}");
 
     let mut template = container("x");
@@ -93,10 +92,33 @@ fn what_cannot_run_locally_is_refused_or_named() {
         json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
     let spec =
         json!({"volumes": [{"name": "data", "emptyDir": {}}], "tasks": [{"type": "learner", "template": template}]});
-    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000).unwrap().warnings;
+    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &[]).unwrap().warnings;
     for expected in
         ["init containers are not run locally: fetch", "an emptyDir mounted at /data", "NODE comes from valueFrom"]
     {
         assert!(warnings.iter().any(|w| w.contains(expected)), "{expected:?} not in {warnings:#?}");
     }
+}
+
+#[test]
+fn a_later_plan_keeps_every_address_and_gives_new_replicas_free_ones() {
+    let spec = |collectors: i32| {
+        json!({"coordinator": {"template": container("c")}, "collector": {"replicas": collectors, "template": container("c")},
+               "learner": {"replicas": 1, "template": container("l")}})
+    };
+    let first = plan(&job(spec(1), "v1alpha1"), Path::new("/run"), 32000, &[]).unwrap();
+    let second = plan(&job(spec(2), "v1alpha1"), Path::new("/run"), 32000, &first.replicas).unwrap();
+    let at = |p: &Plan| -> Vec<(String, String, Option<u16>)> {
+        p.replicas.iter().map(|r| (r.name.clone(), r.address.to_string(), r.port)).collect()
+    };
+    assert_eq!(
+        at(&second),
+        [
+            ("j-coordinator".into(), "127.0.0.2".into(), Some(32000)),
+            ("j-collector-0".into(), "127.0.0.3".into(), Some(32001)),
+            ("j-collector-1".into(), "127.0.0.5".into(), Some(32003)),
+            ("j-learner-0".into(), "127.0.0.4".into(), Some(32002)),
+        ],
+        "the learner keeps what it had"
+    );
 }

@@ -3,23 +3,22 @@
 //! the job's outcome as the exit code. No process outlives the run unless `cleanPodPolicy: None`
 //! keeps it, and then the run waits for it.
 
-use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
-use di_api::JobRestartPolicy;
 use di_api::contract::Role;
 use di_api::defaults::CleanPodPolicy;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use di_api::{DIJob, JobRestartPolicy};
+use nix::sys::signal::Signal;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::groups::{Groups, alive, stop_later};
 use super::output::Output;
-use super::plan::{Part, Plan, Restarts};
+use super::plan::{LocalReplica, Part, Plan, Restarts};
 
 /// Exit code of a run stopped by Ctrl-C or SIGTERM, as a shell reports SIGINT.
 pub const INTERRUPTED: i32 = 130;
@@ -43,15 +42,41 @@ struct Slot {
     ended: Option<i32>,
     /// The group of an incarnation asked to stop for a whole-job restart.
     old: Option<i32>,
+    /// Scaled away: stopped, and never started again unless the job wants it back.
+    removed: bool,
 }
 
-pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Output) -> anyhow::Result<Outcome> {
+impl Slot {
+    fn new() -> Slot {
+        Slot { pid: None, generation: 0, restarts: 0, due: None, ended: None, old: None, removed: false }
+    }
+}
+
+/// What the run's replica endpoint asks of the supervisor.
+pub enum Request {
+    /// The job as scaled: what it has more is started, what it has less stopped. Answers with the
+    /// replicas it runs now.
+    Job(Box<DIJob>, oneshot::Sender<anyhow::Result<Vec<LocalReplica>>>),
+    /// Replicas reported failed: each is killed and started again at once (not counted, as on a
+    /// cluster). Answers with those it replaced.
+    Replace(Vec<String>, oneshot::Sender<Vec<LocalReplica>>),
+    /// The replicas it runs now.
+    List(oneshot::Sender<Vec<LocalReplica>>),
+}
+
+/// Plans the job again, keeping the addresses of the replicas given (`plan::plan`).
+pub type Replan = Box<dyn Fn(&DIJob, &[LocalReplica]) -> anyhow::Result<Plan> + Send>;
+
+pub async fn run(
+    mut plan: Plan,
+    policy: CleanPodPolicy,
+    backoff: Duration,
+    out: Output,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    replan: Replan,
+) -> anyhow::Result<Outcome> {
     let (exits_tx, mut exits) = mpsc::unbounded_channel::<(usize, u64, i32)>();
-    let mut slots: Vec<Slot> = plan
-        .replicas
-        .iter()
-        .map(|_| Slot { pid: None, generation: 0, restarts: 0, due: None, ended: None, old: None })
-        .collect();
+    let mut slots: Vec<Slot> = plan.replicas.iter().map(|_| Slot::new()).collect();
     let mut guard = Groups::default();
     for (i, slot) in slots.iter_mut().enumerate() {
         start(&plan, i, slot, &out, &exits_tx, &mut guard)?;
@@ -84,9 +109,13 @@ pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Out
                     }
                 }
             }
+            Some(request) = requests.recv() => {
+                handle(request, &mut plan, &mut slots, &replan, &out, &exits_tx, &mut guard)?;
+            }
             Some((i, generation, code)) = exits.recv() => {
                 if slots[i].generation != generation { continue; }
                 if let Some(pid) = slots[i].pid.take() { guard.forget(pid); }
+                if slots[i].removed { continue; }
                 let name = &plan.replicas[i].name;
                 out.status(&format!("{name} exited with code {code}"));
                 if let Some(outcome) = decide(&plan, i, code, &mut slots, &mut job_restarts, backoff, &out, &mut guard) {
@@ -110,6 +139,78 @@ pub async fn run(plan: Plan, policy: CleanPodPolicy, backoff: Duration, out: Out
         }
     }
     Ok(outcome)
+}
+
+/// Carries out a request of the endpoint.
+fn handle(
+    request: Request,
+    plan: &mut Plan,
+    slots: &mut Vec<Slot>,
+    replan: &Replan,
+    out: &Output,
+    exits: &mpsc::UnboundedSender<(usize, u64, i32)>,
+    guard: &mut Groups,
+) -> anyhow::Result<()> {
+    let live = |plan: &Plan, slots: &[Slot]| -> Vec<LocalReplica> {
+        plan.replicas.iter().zip(slots).filter(|(_, s)| !s.removed).map(|(r, _)| r.clone()).collect()
+    };
+    match request {
+        Request::List(reply) => {
+            let _ = reply.send(live(plan, slots));
+        }
+        Request::Job(job, reply) => {
+            let wanted = match replan(&job, &plan.replicas) {
+                Ok(wanted) => wanted,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return Ok(());
+                }
+            };
+            for replica in &wanted.replicas {
+                let i = match plan.replicas.iter().position(|r| r.name == replica.name) {
+                    Some(i) if !slots[i].removed => continue,
+                    Some(i) => i,
+                    None => {
+                        plan.replicas.push(replica.clone());
+                        slots.push(Slot::new());
+                        plan.replicas.len() - 1
+                    }
+                };
+                slots[i].removed = false;
+                start(plan, i, &mut slots[i], out, exits, guard)?;
+            }
+            for (replica, slot) in plan.replicas.iter().zip(slots.iter_mut()) {
+                if slot.removed || wanted.replicas.iter().any(|r| r.name == replica.name) {
+                    continue;
+                }
+                slot.removed = true;
+                slot.due = None;
+                if let Some(pid) = slot.pid.take() {
+                    out.status(&format!("{} scaled away: stopping it", replica.name));
+                    stop_later(pid, replica.grace);
+                }
+            }
+            let _ = reply.send(Ok(live(plan, slots)));
+        }
+        Request::Replace(names, reply) => {
+            let mut replaced = vec![];
+            for (i, slot) in slots.iter_mut().enumerate() {
+                let replica = &plan.replicas[i];
+                if slot.removed || !names.contains(&replica.name) {
+                    continue;
+                }
+                if let Some(pid) = slot.pid.take() {
+                    out.status(&format!("{} reported failed: replacing it", replica.name));
+                    guard.kill(pid, Signal::SIGKILL);
+                }
+                slot.due = None;
+                start(plan, i, slot, out, exits, guard)?;
+                replaced.push(replica.clone());
+            }
+            let _ = reply.send(replaced);
+        }
+    }
+    Ok(())
 }
 
 /// What an exit means under the job's rules; `Some` when the job is over.
@@ -270,41 +371,4 @@ async fn stop_all(plan: &Plan, slots: &mut [Slot], guard: &mut Groups, out: &Out
         slots[i].pid = None;
     }
     guard.groups.clear();
-}
-
-/// Whether a process group still has a member.
-fn alive(pgid: i32) -> bool {
-    killpg(Pid::from_raw(pgid), None).is_ok()
-}
-
-/// The process groups started, killed when the run ends in any way (an error, a panic).
-#[derive(Default)]
-struct Groups {
-    groups: BTreeSet<i32>,
-}
-
-impl Groups {
-    fn add(&mut self, pgid: i32) {
-        self.groups.insert(pgid);
-    }
-    fn forget(&mut self, pgid: i32) {
-        // Its leader exited; children it left in the group still get the end-of-run signals.
-        if !alive(pgid) {
-            self.groups.remove(&pgid);
-        }
-    }
-    fn kill(&self, pgid: i32, signal: Signal) {
-        let _ = killpg(Pid::from_raw(pgid), signal);
-    }
-    fn signal_all(&self, signal: Signal) {
-        for pgid in &self.groups {
-            self.kill(*pgid, signal);
-        }
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        self.signal_all(Signal::SIGKILL);
-    }
 }
