@@ -204,6 +204,9 @@ pub struct ScaleArgs {
     /// How long to wait for the pods, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
+    /// Scale the job `kubectl di run --local` runs on this machine, through its replica endpoint.
+    #[arg(long, conflicts_with_all = ["task", "no_wait"])]
+    pub local: bool,
 }
 
 #[derive(Args, Debug)]

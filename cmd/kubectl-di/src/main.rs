@@ -28,6 +28,20 @@ use ctx::Ctx;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Replicas { command: cli::ReplicasCommand::Add(args) | cli::ReplicasCommand::Delete(args) } =
+        &cli.command
+        && args.local
+    {
+        let up = matches!(&cli.command, Command::Replicas { command: cli::ReplicasCommand::Add(_) });
+        let namespace = cli.global.namespace.clone().unwrap_or_else(|| "default".into());
+        return match local::scale(args, &namespace, up).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Command::Run(args) = &cli.command {
         // The job's outcome is the exit code.
         return match local::run(args).await {

@@ -249,3 +249,49 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
     assert!(stderr.contains("did not stop within 1s: SIGKILL"), "{stderr}");
     assert_eq!(survivors(&marker), Vec::<String>::new(), "{stderr}");
 }
+
+#[test]
+fn kubectl_di_replicas_scales_the_local_run() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("scale");
+    let marker = format!("scale-{}", std::process::id());
+    let wait = "import time; time.sleep(120)";
+    let job = serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "scaled"},
+        "spec": {"coordinator": {"template": python(wait, &marker)},
+                 "collector": {"replicas": 1, "template": python(wait, &marker)}},
+    });
+    let file = dir.join("job.json");
+    std::fs::write(&file, job.to_string()).unwrap();
+    let mut runner = kubectl_di()
+        .args(["run", "--local", "-f"])
+        .arg(&file)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let add = loop {
+        let out = kubectl_di().args(["replicas", "add", "scaled", "--local", "--collectors", "2"]).output().unwrap();
+        if out.status.success() || started.elapsed() > Duration::from_secs(20) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let stdout = String::from_utf8_lossy(&add.stdout);
+    assert_eq!(stdout, "collector added at 127.0.0.4:32002\ncollector added at 127.0.0.5:32003\n", "{add:?}");
+    while survivors(&marker).len() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the new collectors never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(runner.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert_eq!(runner.wait().unwrap().code(), Some(130));
+    assert_eq!(survivors(&marker), Vec::<String>::new());
+    let refused = kubectl_di().args(["replicas", "add", "scaled", "--local", "--collectors", "1"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no local run answers at 127.0.0.1:22280"),
+        "{refused:?}"
+    );
+}

@@ -2,6 +2,7 @@
 //! contract the orchestrator would give its pods (`plan`), supervised by the job's own rules
 //! (`supervise`), with each replica's output prefixed by its name (`output`). No cluster needed.
 
+mod client;
 mod endpoint;
 mod groups;
 mod output;
@@ -79,6 +80,28 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
     let replan: supervise::Replan = Box::new(move |job, previous| plan::plan(job, &dir, first_port, previous));
     let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out, supervisor, replan).await?;
     Ok(outcome.code)
+}
+
+/// `kubectl di replicas add|delete NAME --local`: the running local job's endpoint does it.
+pub async fn scale(args: &crate::cli::ScaleArgs, namespace: &str, up: bool) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "namespace": namespace,
+        "coordinator": di_api::contract::names::coordinator(&args.name),
+        "collectors": {"replicas": args.collectors},
+        "learners": {"replicas": args.learners, "gpus": args.gpus},
+    });
+    let method = if up { "POST" } else { "DELETE" };
+    let answer = client::call(method, "/v1alpha1/replicas", &body).await?;
+    if answer["success"] != true {
+        bail!("the local run refused: {}", answer["message"].as_str().unwrap_or_default());
+    }
+    let verb = if up { "added" } else { "removed" };
+    for role in ["collectors", "learners"] {
+        for url in answer["data"][role].as_array().into_iter().flatten() {
+            println!("{} {verb} at {}", &role[..role.len() - 1], url.as_str().unwrap_or_default());
+        }
+    }
+    Ok(())
 }
 
 /// Local runs of one machine share 127.0.0.0/24: a second one at the same time is refused
