@@ -42,17 +42,19 @@ fn python(script: &str, marker: &str) -> serde_json::Value {
     }]}})
 }
 
-fn run(dir: &Path, job: &serde_json::Value) -> Output {
+/// `kubectl di run --local` of `job`, written into `dir`, with its run directory there.
+fn run_command(dir: &Path, job: &serde_json::Value) -> Command {
     let file = dir.join("job.json");
     std::fs::write(&file, job.to_string()).unwrap();
-    kubectl_di()
-        .args(["run", "--local", "-f"])
-        .arg(&file)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .args(["--restart-backoff-seconds", "0.2"])
-        .output()
-        .unwrap()
+    let mut command = kubectl_di();
+    command.args(["run", "--local", "-f"]).arg(&file).arg("--run-dir").arg(dir.join("run"));
+    command.args(["--restart-backoff-seconds", "0.2"]);
+    command
+}
+
+/// Runs `job` to its end.
+fn run(dir: &Path, job: &serde_json::Value) -> Output {
+    run_command(dir, job).output().unwrap()
 }
 
 /// Processes whose environment carries `marker`.
@@ -219,17 +221,7 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
         "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "stuck"},
         "spec": {"tasks": [{"name": "worker", "replicas": 2, "template": python(stubborn, &marker)}]},
     });
-    let file = dir.join("job.json");
-    std::fs::write(&file, job.to_string()).unwrap();
-    let mut child = kubectl_di()
-        .args(["run", "--local", "-f"])
-        .arg(&file)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = run_command(&dir, &job).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
     let up = |i: u32| dir.join(format!("run/stuck-worker-{i}/up")).exists();
     while !(up(0) && up(1)) {
@@ -261,17 +253,7 @@ fn kubectl_di_replicas_scales_the_local_run() {
         "spec": {"coordinator": {"template": python(wait, &marker)},
                  "collector": {"replicas": 1, "template": python(wait, &marker)}},
     });
-    let file = dir.join("job.json");
-    std::fs::write(&file, job.to_string()).unwrap();
-    let mut runner = kubectl_di()
-        .args(["run", "--local", "-f"])
-        .arg(&file)
-        .arg("--run-dir")
-        .arg(dir.join("run"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = run_command(&dir, &job).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let started = Instant::now();
     let add = loop {
         let out = kubectl_di().args(["replicas", "add", "scaled", "--local", "--collectors", "2"]).output().unwrap();
@@ -286,6 +268,12 @@ fn kubectl_di_replicas_scales_the_local_run() {
         assert!(started.elapsed() < Duration::from_secs(20), "the new collectors never started");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // What the webhook would refuse on a cluster is refused here, with nothing changed.
+    let too_many =
+        kubectl_di().args(["replicas", "add", "scaled", "--local", "--collectors", "5000"]).output().unwrap();
+    let refusal = String::from_utf8_lossy(&too_many.stderr);
+    assert!(refusal.contains("the local run refused") && refusal.contains("1000"), "{refusal}");
+    assert_eq!(survivors(&marker).len(), 4);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(runner.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     assert_eq!(runner.wait().unwrap().code(), Some(130));
     assert_eq!(survivors(&marker), Vec::<String>::new());

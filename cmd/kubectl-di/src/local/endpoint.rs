@@ -121,11 +121,12 @@ async fn scale(local: &Local, bytes: Result<Bytes, BytesRejection>, up: bool) ->
     let request: ReplicaRequest = body(bytes)?;
     local.scope.check(&request.namespace, &request.coordinator)?;
     let mut job = local.job.lock().await;
-    let change = if up { scale_up(&job, &request) } else { scale_down(&job, &request) };
-    let change = change.map_err(|e| ApiError::Conflict(e.to_string()))?;
+    let change = if up { scale_up(&job, &request)? } else { scale_down(&job, &request)? };
     let mut value = serde_json::to_value(&*job).map_err(|e| ApiError::Internal(e.to_string()))?;
     json_patch::merge(&mut value, &change.patch(&job));
     let after: DIJob = serde_json::from_value(value).map_err(|e| ApiError::Internal(e.to_string()))?;
+    // What the webhook refuses on a cluster is refused here too, with nothing changed.
+    di_api::validation::validate_dijob_update(&job, &after).map_err(|e| ApiError::Conflict(e.to_string()))?;
     let before = job.clone();
     // Removed replicas are named by the URLs they had.
     let before_live = ask(local, Request::List).await?;
