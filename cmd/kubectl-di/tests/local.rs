@@ -12,13 +12,25 @@ static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The tests' turn, or `None` (said why) when python3, which the workers are written in, is
 /// missing; under CI=true that fails instead.
 fn turn() -> Option<std::sync::MutexGuard<'static, ()>> {
-    if Command::new("python3").arg("--version").output().is_err() {
+    if python().is_none() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
         assert!(!ci, "CI=true, and python3 (the test workers' language) cannot be run");
         eprintln!("SKIPPED: python3 cannot be run; the local-run tests need it");
         return None;
     }
     Some(TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+}
+
+/// The interpreter itself, not a wrapper in front of it (pyenv's shim is a shell script whose
+/// helpers would briefly count as workers).
+fn python() -> Option<&'static str> {
+    static PYTHON: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let found = PYTHON.get_or_init(|| {
+        let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+        let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !path.is_empty()).then_some(path)
+    });
+    found.as_deref()
 }
 
 fn kubectl_di() -> Command {
@@ -34,10 +46,10 @@ fn scratch(test: &str) -> PathBuf {
 }
 
 /// A container running `script` with python3, marked with `marker` so its processes can be found.
-fn python(script: &str, marker: &str) -> serde_json::Value {
+fn worker(script: &str, marker: &str) -> serde_json::Value {
     serde_json::json!({"spec": {"terminationGracePeriodSeconds": 1, "containers": [{
         "name": "di-container", "image": "python:3",
-        "command": ["python3", "-c", script],
+        "command": [python().unwrap_or("python3"), "-c", script],
         "env": [{"name": "DI_LOCAL_TEST", "value": marker}],
     }]}})
 }
@@ -97,7 +109,7 @@ time.sleep(60)
 "#;
 
 fn mesh(marker: &str, extra: serde_json::Value) -> serde_json::Value {
-    let mut collector = python(COLLECTOR, marker);
+    let mut collector = worker(COLLECTOR, marker);
     if extra.get("failFirst").is_some() {
         collector["spec"]["containers"][0]["env"]
             .as_array_mut()
@@ -107,7 +119,7 @@ fn mesh(marker: &str, extra: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "mesh"},
         "spec": {"backoffLimit": extra.get("backoffLimit").cloned().unwrap_or(3.into()), "tasks": [
-            {"type": "learner", "template": python(LEARNER, marker)},
+            {"type": "learner", "template": worker(LEARNER, marker)},
             {"type": "collector", "replicas": 2, "template": collector},
         ]},
     })
@@ -196,8 +208,8 @@ fn a_role_job_scales_through_its_endpoint_and_ends_with_its_coordinator() {
     let marker = format!("roles-{}", std::process::id());
     let job = serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "roles"},
-        "spec": {"coordinator": {"template": python(COORDINATOR, &marker)},
-                 "collector": {"replicas": 0, "template": python(ROLE_COLLECTOR, &marker)}},
+        "spec": {"coordinator": {"template": worker(COORDINATOR, &marker)},
+                 "collector": {"replicas": 0, "template": worker(ROLE_COLLECTOR, &marker)}},
     });
     let out = run(&dir, &job);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -219,7 +231,7 @@ fn ctrl_c_stops_every_process_even_one_that_ignores_sigterm() {
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open('up', 'w').close(); time.sleep(120)";
     let job = serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "stuck"},
-        "spec": {"tasks": [{"name": "worker", "replicas": 2, "template": python(stubborn, &marker)}]},
+        "spec": {"tasks": [{"name": "worker", "replicas": 2, "template": worker(stubborn, &marker)}]},
     });
     let mut child = run_command(&dir, &job).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
@@ -250,8 +262,8 @@ fn kubectl_di_replicas_scales_the_local_run() {
     let wait = "import time; time.sleep(120)";
     let job = serde_json::json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "scaled"},
-        "spec": {"coordinator": {"template": python(wait, &marker)},
-                 "collector": {"replicas": 1, "template": python(wait, &marker)}},
+        "spec": {"coordinator": {"template": worker(wait, &marker)},
+                 "collector": {"replicas": 1, "template": worker(wait, &marker)}},
     });
     let mut runner = run_command(&dir, &job).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let started = Instant::now();
