@@ -54,7 +54,7 @@ fn ready(job: &DIJob) -> String {
     let status = job.status.clone().unwrap_or_default();
     let wanted = status.replicas.unwrap_or_else(|| {
         if job.spec.is_task_job() {
-            di_api::tasks::tasks(job).iter().map(|t| t.replicas as i32).sum()
+            di_api::tasks::pod_count(&di_api::tasks::tasks(job)) as i32
         } else {
             1 + job.spec.collector_replicas() + job.spec.learner_replicas()
         }

@@ -94,6 +94,11 @@ pub fn tasks(job: &DIJob) -> Vec<Task<'_>> {
         .collect()
 }
 
+/// How many pods the tasks make.
+pub fn pod_count(tasks: &[Task]) -> u32 {
+    tasks.iter().map(|t| t.replicas).sum()
+}
+
 /// `<job>-<task>-<index>`: the pod's name and hostname.
 pub fn pod_name(job: &str, task: &str, index: u32) -> String {
     format!("{job}-{task}-{index}")

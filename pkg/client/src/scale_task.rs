@@ -41,7 +41,7 @@ pub fn scale_task(job: &DIJob, task: &str, delta: i64) -> Result<(Value, TaskCha
     }
     let mut list = tasks.clone();
     list[i].replicas = Some(after as i32);
-    let pods = resolved.iter().map(|t| t.replicas as i64).sum::<i64>() + delta;
+    let pods = di_api::tasks::pod_count(&resolved) as i64 + delta;
     let change = TaskChange { task: task.to_owned(), before: before as i32, after: after as i32, pods: pods as i32 };
     Ok((json!({"spec": {"tasks": list}}), change))
 }

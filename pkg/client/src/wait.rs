@@ -45,7 +45,7 @@ pub fn converged(job: &DIJob) -> bool {
     let Some(status) = &job.status else { return false };
     if job.spec.is_task_job() {
         // Counted against the spec, so a status from before a scaling never passes for after.
-        let want: i32 = di_api::tasks::tasks(job).iter().map(|t| t.replicas as i32).sum();
+        let want = di_api::tasks::pod_count(&di_api::tasks::tasks(job)) as i32;
         return status.phase == Some(Phase::Running)
             && status.replicas == Some(want)
             && status.ready_replicas == Some(want);

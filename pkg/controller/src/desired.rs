@@ -202,15 +202,7 @@ impl<'a> Builder<'a> {
         let tmeta = template.metadata.clone().unwrap_or_default();
         let mut pod_labels = tmeta.labels.unwrap_or_default();
         pod_labels.extend(labels.clone());
-        let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
-        if spec.priority_class_name.as_deref().is_none_or(str::is_empty)
-            && let Some(class) = self.spec.priority_class_name.as_deref().filter(|c| !c.is_empty())
-        {
-            spec.priority_class_name = Some(class.to_owned());
-        }
-        if let Some(volumes) = &self.spec.volumes {
-            spec.volumes.get_or_insert_default().extend(volumes.iter().cloned());
-        }
+        let mut spec = pod_spec(self.spec, template);
         // Templates are defaulted, so the main container has its di-port; an undefaulted one
         // (no webhook installed) gets it here.
         if di_port(&spec).is_none()
@@ -264,6 +256,21 @@ impl<'a> Builder<'a> {
             (env::SERVER_URL, self.server_url.clone()),
         ]
     }
+}
+
+/// A pod's spec from its template, with what the job gives every pod: its PriorityClass where the
+/// template names none, and its volumes.
+fn pod_spec(job: &di_api::DIJobSpec, template: &PodTemplateSpec) -> PodSpec {
+    let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+    if spec.priority_class_name.as_deref().is_none_or(str::is_empty)
+        && let Some(class) = job.priority_class_name.as_deref().filter(|c| !c.is_empty())
+    {
+        spec.priority_class_name = Some(class.to_owned());
+    }
+    if let Some(volumes) = &job.volumes {
+        spec.volumes.get_or_insert_default().extend(volumes.iter().cloned());
+    }
+    spec
 }
 
 /// Sets (or replaces) the contract's variables in a container.

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use di_api::DIJob;
 use di_api::contract::{env, labels};
 use di_api::tasks::{self, Member, TASK_LABEL, annotations};
-use k8s_openapi::api::core::v1::{Pod, PodSpec, Service, ServiceSpec};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::{BuildError, Settings, inject_env, job_labels, owner_reference};
+use super::{BuildError, Settings, inject_env, job_labels, owner_reference, pod_spec};
 
 /// One pod of a task job.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,7 +37,7 @@ pub fn task_objects(job: &DIJob, settings: &Settings) -> Result<TaskObjects, Bui
     let owner = owner_reference(job)?;
     let tasks = tasks::tasks(job);
     let peers = tasks::peers(&tasks);
-    let total = tasks.iter().map(|t| t.replicas).sum::<u32>().to_string();
+    let total = tasks::pod_count(&tasks).to_string();
     let subdomain = tasks::subdomain(&name);
     let mut pods = vec![];
     for (member, contract) in tasks::environment(job, &tasks, &settings.cluster_domain) {
@@ -58,17 +58,9 @@ pub fn task_objects(job: &DIJob, settings: &Settings) -> Result<TaskObjects, Bui
             (annotations::PEERS.to_owned(), peers.clone()),
         ]);
 
-        let mut spec: PodSpec = template.spec.clone().unwrap_or_default();
+        let mut spec = pod_spec(&job.spec, template);
         spec.hostname = Some(member.pod.clone());
         spec.subdomain = Some(subdomain.clone());
-        if spec.priority_class_name.as_deref().is_none_or(str::is_empty)
-            && let Some(class) = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty())
-        {
-            spec.priority_class_name = Some(class.to_owned());
-        }
-        if let Some(volumes) = &job.spec.volumes {
-            spec.volumes.get_or_insert_default().extend(volumes.iter().cloned());
-        }
         let mut vars: Vec<(&str, String)> =
             vec![(env::POD_NAMESPACE, namespace.clone()), (env::POD_NAME, member.pod.clone())];
         vars.extend(contract.iter().map(|(k, v)| (k.as_str(), v.clone())));
