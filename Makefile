@@ -1,6 +1,8 @@
 # The entry points people type. Every target works from a clean clone.
 
 CARGO ?= cargo
+# Where cargo puts what it builds (CI keeps it outside the clone, in the cache).
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: all build bench demo test unit e2e-local e2e e2e-kind image kind kind-down deploy controlplane lint fmt manifests check-manifests help
 
@@ -14,12 +16,12 @@ build:
 ##       or on the local control plane when none answers
 demo:
 	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins
-	./target/debug/di-demo
+	$(TARGET_DIR)/debug/di-demo
 
 ## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md)
 bench:
 	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
-	DI_BIN_PROFILE=release ./target/release/di-bench
+	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench
 
 ## chaos: the orchestrator on the local control plane under faults (kill -9, API server and etcd
 ##        restarts, a frozen leader, ...) and what each lost, which must be nothing; 4 to 10
@@ -27,7 +29,7 @@ bench:
 .PHONY: chaos
 chaos:
 	$(CARGO) build --quiet -p di-orchestrator -p di-chaos --bins
-	$(E2E_STACK) ./target/debug/di-chaos $(CHAOS_ARGS)
+	$(E2E_STACK) $(TARGET_DIR)/debug/di-chaos $(CHAOS_ARGS)
 
 ## test: every tier: unit and component tests, the e2e suite on a local control plane, then on a
 ##       kind cluster with real nodes (skipped, saying why, where Docker cannot be had; under
@@ -46,13 +48,13 @@ E2E_STACK = RUST_MIN_STACK=16777216
 ##            started on loopback (built from hack/controlplane on first use, cached in ~/.cache/di-orchestrator)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	$(E2E_STACK) ./target/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	$(E2E_STACK) $(TARGET_DIR)/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e: the same suite on the kind cluster `make kind` brings up, with the orchestrator deployed
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	PATH="$$(./target/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e-kind: the kind tier as make test runs it: a fresh cluster, make e2e, then all torn down
 e2e-kind:
@@ -79,7 +81,7 @@ deploy:
 ## controlplane: start the local control plane and keep it up until Ctrl-C (prints its KUBECONFIG)
 controlplane:
 	$(CARGO) build --quiet -p di-e2e --bin di-controlplane
-	./target/debug/di-controlplane up
+	$(TARGET_DIR)/debug/di-controlplane up
 
 ## lint: formatting and clippy, warnings are errors
 lint:

@@ -19,7 +19,8 @@ kind_bin=$(kind/host/tool.sh kind)
 
 # The Kubernetes binaries of the release, with their real version (kubectl among them).
 cargo build --quiet -p di-e2e --bin di-controlplane -p di-orchestrator --bin di-orchestrator
-release=$(./target/debug/di-controlplane release)
+target_dir=${CARGO_TARGET_DIR:-target}
+release=$("$target_dir"/debug/di-controlplane release)
 kubectl=$release/kubectl
 
 node_image=${KIND_NODE_IMAGE:-}
@@ -44,7 +45,7 @@ fi
 "$kind_bin" get kubeconfig --name "$CLUSTER_NAME" >"$REPO_ROOT/.cache/kind.kubeconfig"
 export KUBECONFIG=$REPO_ROOT/.cache/kind.kubeconfig
 
-orchestrator_image=$(kind/images/build.sh orchestrator target/debug/di-orchestrator)
+orchestrator_image=$(kind/images/build.sh orchestrator "$target_dir"/debug/di-orchestrator)
 for image in "$orchestrator_image" $(kind/images/build.sh busybox); do
   "$kind_bin" load docker-image "$image" --name "$CLUSTER_NAME" >/dev/null
 done

@@ -37,12 +37,32 @@ fn kubectl_di() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kubectl-di"))
 }
 
-/// A scratch directory of its own for each test.
-fn scratch(test: &str) -> PathBuf {
+/// A scratch directory of its own for each test, removed when the test passes and kept (and
+/// named) when it fails, for its logs.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for its logs: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("di-local-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// A container running `script` with python3, marked with `marker` so its processes can be found.
