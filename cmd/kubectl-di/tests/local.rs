@@ -315,3 +315,36 @@ fn kubectl_di_replicas_scales_the_local_run() {
         "{refused:?}"
     );
 }
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/examples").join(name)
+}
+
+#[test]
+fn every_example_plans_and_a_multi_gpu_learner_is_refused_by_name() {
+    for name in ["demo.yaml", "cartpole-dqn.yaml", "ditask-cartpole.yaml", "sample-factory.yaml", "srl.yaml"] {
+        let out = kubectl_di().args(["run", "--local", "--dry-run", "-f"]).arg(example(name)).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert!(stderr.contains("images are not pulled"), "{name}: {stderr}");
+    }
+    let out = kubectl_di().args(["run", "--local", "--dry-run", "-f"]).arg(example("multi-gpu-learner.yaml")).output();
+    let stderr = String::from_utf8(out.unwrap().stderr).unwrap();
+    assert!(stderr.contains("multi-GPU learners") && stderr.contains("spec.learner.gpus"), "{stderr}");
+}
+
+/// The Sample Factory example as it is in the repository: its workers come from the ConfigMap of
+/// the same file, bind their own addresses from DI_NODES, and the learner's success ends the job.
+#[test]
+fn the_sample_factory_example_runs_to_success() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("sample-factory");
+    let mut command = kubectl_di();
+    command.args(["run", "--local", "-f"]).arg(example("sample-factory.yaml")).arg("--run-dir").arg(dir.join("run"));
+    let out = command.output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("SGD step 190/200") && stdout.contains("] done"), "{stdout}");
+    assert!(stderr.contains("is Succeeded"), "{stderr}");
+    assert!(dir.join("run/configmaps/sf-appo-worker/sf_worker.py").is_file());
+}

@@ -5,6 +5,7 @@
 mod client;
 mod endpoint;
 mod groups;
+mod mounts;
 mod output;
 mod plan;
 mod supervise;
@@ -32,10 +33,13 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
     } else {
         std::fs::read(&args.filename).with_context(|| format!("reading {}", args.filename))?
     };
-    // Checked as the webhook would, like kubectl di create; other kinds (a ConfigMap beside the
-    // job) are for the cluster and are named, not silently dropped.
+    // Checked as the webhook would, like kubectl di create. A ConfigMap beside the job becomes
+    // files for the processes that mount it; other kinds are for the cluster and are named, not
+    // silently dropped.
     let docs = manifest::documents(&bytes)?;
     let (jobs, others): (Vec<_>, Vec<_>) = docs.into_iter().partition(|(_, d)| d["kind"] == "DIJob");
+    let (config_maps, others): (Vec<_>, Vec<_>) = others.into_iter().partition(|(_, d)| d["kind"] == "ConfigMap");
+    let config_maps = config_map_data(config_maps.iter().map(|(_, d)| d))?;
     for (_, other) in &others {
         eprintln!(
             "warning: {} {} is not created by a local run; a job that reads it will not find it",
@@ -55,7 +59,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         Some(dir) => dir.clone(),
         None => PathBuf::from(".di-run").join(&name),
     };
-    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port, &[])?;
+    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port, &config_maps, &[])?;
     for warning in &plan.warnings {
         eprintln!("warning: {warning}");
     }
@@ -77,9 +81,25 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         endpoint::serve(served, requests).await?;
     }
     let (dir, first_port) = (std::path::absolute(&run_dir)?, args.first_port);
-    let replan: supervise::Replan = Box::new(move |job, previous| plan::plan(job, &dir, first_port, previous));
+    let replan: supervise::Replan =
+        Box::new(move |job, previous| plan::plan(job, &dir, first_port, &config_maps, previous));
     let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out, supervisor, replan).await?;
     Ok(outcome.code)
+}
+
+/// The data of the file's ConfigMaps, by name. Binary data has no text to write and is refused
+/// rather than left out.
+fn config_map_data<'a>(docs: impl Iterator<Item = &'a serde_json::Value>) -> anyhow::Result<mounts::ConfigMaps> {
+    let mut out = mounts::ConfigMaps::new();
+    for doc in docs {
+        let map: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(doc.clone())?;
+        let name = map.metadata.name.clone().ok_or_else(|| anyhow!("a ConfigMap of the file has no metadata.name"))?;
+        if map.binary_data.as_ref().is_some_and(|b| !b.is_empty()) {
+            bail!("ConfigMap {name} has binaryData, which a local run does not write; use data");
+        }
+        out.insert(name, map.data.unwrap_or_default().into_iter().collect());
+    }
+    Ok(out)
 }
 
 /// `kubectl di replicas add|delete NAME --local`: the running local job's endpoint does it.
@@ -135,6 +155,9 @@ fn describe(plan: &plan::Plan) -> String {
         let port = r.port.map(|p| format!(":{p}")).unwrap_or_default();
         text += &format!("{} at {}{port} in {}\n", r.name, r.address, r.workdir.display());
         text += &format!("  command: {}\n", shell_words(&r.argv));
+        for (mount, local) in &r.mounts.paths {
+            text += &format!("  volume: {mount} is {local}\n");
+        }
         for (k, v) in &r.env {
             text += &format!("  {k}={v}\n");
         }

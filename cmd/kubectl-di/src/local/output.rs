@@ -1,6 +1,6 @@
 //! A local run's output: each replica's lines prefixed with its name (coloured on a terminal),
 //! as `docker compose up` shows them, or into one file per replica under `--logs-dir`; the
-//! runner's own lines on stderr.
+//! runner's own lines on stderr, and, when stderr is a terminal, a status line kept below them.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -17,6 +17,8 @@ pub struct Output {
     /// One writer at a time, so lines of two replicas never interleave mid-line.
     lock: Arc<Mutex<()>>,
     palette: Arc<Mutex<Vec<String>>>,
+    /// The status line, redrawn under every line written; `None` off a terminal.
+    summary: Option<Arc<Mutex<String>>>,
 }
 
 const COLOURS: [u8; 6] = [36, 33, 32, 35, 34, 31];
@@ -33,6 +35,8 @@ impl Output {
             logs_dir,
             lock: Arc::default(),
             palette: Arc::new(Mutex::new(names.to_vec())),
+            summary: (std::io::stderr().is_terminal() && std::env::var("TERM").is_ok_and(|t| t != "dumb"))
+                .then(Arc::default),
         })
     }
 
@@ -71,14 +75,13 @@ impl Output {
             let prefix = out.prefix(&name);
             let mut lines = BufReader::new(stream).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                let _held = out.lock.lock().expect("output lock");
                 match file.as_mut() {
                     Some(f) => {
                         let _ = writeln!(f, "{line}");
                     }
-                    None => {
+                    None => out.above_summary(|| {
                         let _ = writeln!(std::io::stdout(), "{prefix} {line}");
-                    }
+                    }),
                 }
             }
         });
@@ -86,7 +89,41 @@ impl Output {
 
     /// A line of the runner's own, on stderr.
     pub fn status(&self, line: &str) {
-        let _held = self.lock.lock().expect("output lock");
-        let _ = writeln!(std::io::stderr(), "[di run] {line}");
+        self.above_summary(|| {
+            let _ = writeln!(std::io::stderr(), "[di run] {line}");
+        });
     }
+
+    /// Replaces the status line (empty: none, as at the end of the run).
+    pub fn summary(&self, line: &str) {
+        if let Some(summary) = &self.summary {
+            let _held = self.lock.lock().expect("output lock");
+            *summary.lock().expect("summary lock") = line.to_owned();
+            draw(line);
+        }
+    }
+
+    /// Writes with the status line cleared, then draws it again below what was written. One
+    /// writer at a time, so lines of two replicas never interleave mid-line.
+    fn above_summary(&self, write: impl FnOnce()) {
+        let _held = self.lock.lock().expect("output lock");
+        let Some(summary) = &self.summary else {
+            return write();
+        };
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        let _ = std::io::stderr().flush();
+        write();
+        let _ = std::io::stdout().flush();
+        draw(&summary.lock().expect("summary lock"));
+    }
+}
+
+/// The status line at the start of the terminal's last line, without a newline.
+fn draw(line: &str) {
+    let mut stderr = std::io::stderr();
+    let _ = write!(stderr, "\r\x1b[2K");
+    if !line.is_empty() {
+        let _ = write!(stderr, "\x1b[7m {line} \x1b[0m");
+    }
+    let _ = stderr.flush();
 }

@@ -21,6 +21,8 @@ use di_controller::desired::{self, Settings};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 
+use super::mounts::{ConfigMaps, Mounts, mounts, rewrite};
+
 /// What decides a replica's fate when its process exits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Part {
@@ -44,6 +46,8 @@ pub struct LocalReplica {
     pub port: Option<u16>,
     /// Seconds between SIGTERM and SIGKILL.
     pub grace: u64,
+    /// Its volumes, as directories of this machine.
+    pub mounts: Mounts,
 }
 
 /// How failures are handled, from the job.
@@ -67,9 +71,16 @@ pub struct Plan {
 /// The first replica address' last octet: 127.0.0.1 stays for the run's own endpoint.
 const FIRST_HOST: u8 = 2;
 
-/// Plans `job` (defaulted and valid) in `run_dir`; role replicas get ports from `first_port` on.
-/// The replicas of `previous`, an earlier plan of the same run, keep their addresses and ports.
-pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16, previous: &[LocalReplica]) -> anyhow::Result<Plan> {
+/// Plans `job` (defaulted and valid) in `run_dir`; role replicas get ports from `first_port` on,
+/// and volumes of `config_maps` (the ConfigMaps of the job's file) are written as files. The
+/// replicas of `previous`, an earlier plan of the same run, keep their addresses and ports.
+pub fn plan(
+    job: &DIJob,
+    run_dir: &Path,
+    first_port: u16,
+    config_maps: &ConfigMaps,
+    previous: &[LocalReplica],
+) -> anyhow::Result<Plan> {
     let settings = Settings::default();
     let namespace = job.namespace().unwrap_or_else(|| "default".into());
     let mut job = job.clone();
@@ -149,8 +160,11 @@ pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16, previous: &[LocalRepli
         warn_unsupported(&pod_name, &spec, &mut warnings);
         let main = main_container_index(&spec).ok_or_else(|| anyhow!("{pod_name} has no container"))?;
         let container = &spec.containers[main];
+        let mut warn = |what: String| warnings.push((pod_name.clone(), what));
+        let mounts = mounts(&pod_name, &spec, container, run_dir, config_maps, &mut warn);
         let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
         argv.extend(container.args.clone().unwrap_or_default());
+        let argv: Vec<String> = argv.iter().map(|a| rewrite(a, &mounts.paths)).collect();
         if container.command.as_ref().is_none_or(Vec::is_empty) {
             bail!(
                 "{pod_name}: container {:?} sets no command, so what runs is its image's entrypoint, which a local run \
@@ -162,7 +176,8 @@ pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16, previous: &[LocalRepli
         for var in container.env.iter().flatten() {
             match &var.value {
                 Some(value) => {
-                    vars.insert(var.name.clone(), localize(value, &addresses, &endpoint_url));
+                    let local = localize(value, &addresses, &endpoint_url);
+                    vars.insert(var.name.clone(), rewrite(&local, &mounts.paths));
                 }
                 None if var.value_from.is_some() => {
                     let what = format!("{} comes from valueFrom, which a local run cannot read; it is unset", var.name);
@@ -186,6 +201,7 @@ pub fn plan(job: &DIJob, run_dir: &Path, first_port: u16, previous: &[LocalRepli
             address,
             port,
             grace,
+            mounts,
         });
     }
     Ok(Plan { replicas: out, restarts, warnings: grouped(warnings) })
@@ -241,18 +257,6 @@ fn warn_unsupported(pod: &str, spec: &PodSpec, warnings: &mut Vec<(String, Strin
         }
         if let Some(dir) = &c.working_dir {
             warn(format!("workingDir {dir:?} is a path in the image; each process runs in its own run directory"));
-        }
-        for mount in c.volume_mounts.iter().flatten() {
-            let volume = spec.volumes.iter().flatten().find(|v| v.name == mount.name);
-            let kind = match volume {
-                Some(v) if v.empty_dir.is_some() => "an emptyDir",
-                Some(v) if v.host_path.is_some() => "a hostPath",
-                _ => "a volume of a kind local runs do not have",
-            };
-            warn(format!(
-                "{kind} mounted at {} is not mounted locally; processes see this machine's files",
-                mount.mount_path
-            ));
         }
     }
 }

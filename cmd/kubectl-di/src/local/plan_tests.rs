@@ -1,9 +1,10 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use di_api::defaults::default_dijob;
 use serde_json::json;
 
 use super::*;
+use crate::local::mounts::ConfigMaps;
 
 fn job(spec: serde_json::Value, api: &str) -> DIJob {
     let mut job: DIJob = serde_json::from_value(json!({
@@ -29,7 +30,7 @@ fn task_peers_are_loopback_addresses_in_rank_order() {
         json!({"tasks": [{"type": "learner", "template": container("learn")}, {"type": "collector", "replicas": 2, "template": container("collect")}]}),
         "v2alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000, &[]).unwrap();
+    let plan = plan(&job, Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
     let names: Vec<&str> = plan.replicas.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["j-learner-0", "j-collector-0", "j-collector-1"]);
     let addresses: Vec<String> = plan.replicas.iter().map(|r| r.address.to_string()).collect();
@@ -60,7 +61,7 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
         json!({"coordinator": {"template": container("coordinate")}, "collector": {"replicas": 2, "template": container("collect")}}),
         "v1alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000, &[]).unwrap();
+    let plan = plan(&job, Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
     let ports: Vec<(String, Option<u16>)> = plan.replicas.iter().map(|r| (r.name.clone(), r.port)).collect();
     assert_eq!(
         ports,
@@ -82,20 +83,26 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
 fn what_cannot_run_locally_is_refused_or_named() {
     let no_command =
         json!({"tasks": [{"type": "learner", "template": {"spec": {"containers": [{"name": "c", "image": "ding"}]}}}]});
-    let err = plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000, &[]).unwrap_err().to_string();
+    let err =
+        plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap_err().to_string();
     assert!(err.contains("sets no command"), "{err}");
 
     let mut template = container("x");
     template["spec"]["initContainers"] = json!([{"name": "fetch", "image": "busybox"}]);
-    template["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    template["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "data", "mountPath": "/data"}, {"name": "conf", "mountPath": "/etc/conf"}]);
     template["spec"]["containers"][0]["env"] =
         json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
-    let spec =
-        json!({"volumes": [{"name": "data", "emptyDir": {}}], "tasks": [{"type": "learner", "template": template}]});
-    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &[]).unwrap().warnings;
-    for expected in
-        ["init containers are not run locally: fetch", "an emptyDir mounted at /data", "NODE comes from valueFrom"]
-    {
+    let spec = json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
+                                  {"name": "conf", "configMap": {"name": "elsewhere"}}],
+                      "tasks": [{"type": "learner", "template": template}]});
+    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap().warnings;
+    for expected in [
+        "init containers are not run locally: fetch",
+        "volume data is of a kind local runs do not have",
+        "ConfigMap elsewhere (volume conf) is not in the job's file",
+        "NODE comes from valueFrom",
+    ] {
         assert!(warnings.iter().any(|w| w.contains(expected)), "{expected:?} not in {warnings:#?}");
     }
 }
@@ -106,8 +113,9 @@ fn a_later_plan_keeps_every_address_and_gives_new_replicas_free_ones() {
         json!({"coordinator": {"template": container("c")}, "collector": {"replicas": collectors, "template": container("c")},
                "learner": {"replicas": 1, "template": container("l")}})
     };
-    let first = plan(&job(spec(1), "v1alpha1"), Path::new("/run"), 32000, &[]).unwrap();
-    let second = plan(&job(spec(2), "v1alpha1"), Path::new("/run"), 32000, &first.replicas).unwrap();
+    let first = plan(&job(spec(1), "v1alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
+    let second =
+        plan(&job(spec(2), "v1alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &first.replicas).unwrap();
     let at = |p: &Plan| -> Vec<(String, String, Option<u16>)> {
         p.replicas.iter().map(|r| (r.name.clone(), r.address.to_string(), r.port)).collect()
     };
@@ -121,4 +129,25 @@ fn a_later_plan_keeps_every_address_and_gives_new_replicas_free_ones() {
         ],
         "the learner keeps what it had"
     );
+}
+
+#[test]
+fn volumes_are_directories_of_this_machine_named_where_the_container_names_its_mount_path() {
+    let mut template = container("exec python3 /opt/w/worker.py --out /scratch/out");
+    template["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "code", "mountPath": "/opt/w"}, {"name": "tmp", "mountPath": "/scratch"},
+        {"name": "host", "mountPath": "/data", "subPath": "ckpt"}]);
+    template["spec"]["containers"][0]["env"] = json!([{"name": "PYTHONPATH", "value": "/opt/w:/usr/lib"}]);
+    let spec = json!({"volumes": [{"name": "code", "configMap": {"name": "worker"}}, {"name": "tmp", "emptyDir": {}},
+                                  {"name": "host", "hostPath": {"path": "/srv"}}],
+                      "tasks": [{"type": "learner", "replicas": 2, "template": template}]});
+    let config_maps = ConfigMaps::from([("worker".into(), [("worker.py".into(), "print(1)".into())].into())]);
+    let plan = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &config_maps, &[]).unwrap();
+    assert!(plan.warnings.iter().all(|w| !w.contains("volume")), "{:#?}", plan.warnings);
+    let second = &plan.replicas[1];
+    assert_eq!(second.argv[2], "exec python3 /run/configmaps/worker/worker.py --out /run/volumes/j-learner-1/tmp/out");
+    assert_eq!(env(second, "PYTHONPATH"), Some("/run/configmaps/worker:/usr/lib"));
+    assert_eq!(second.mounts.files, [(PathBuf::from("/run/configmaps/worker/worker.py"), "print(1)".to_owned())]);
+    assert_eq!(second.mounts.dirs, [PathBuf::from("/run/volumes/j-learner-1/tmp")], "an emptyDir per pod");
+    assert!(second.mounts.paths.contains(&("/data".into(), "/srv/ckpt".into())), "{:?}", second.mounts.paths);
 }

@@ -86,8 +86,10 @@ pub async fn run(
     let mut pause = signal(SignalKind::user_defined1())?;
     let mut resume = signal(SignalKind::user_defined2())?;
     let mut job_restarts = 0u32;
+    let mut paused = false;
 
     let outcome = loop {
+        out.summary(&summary(&slots, job_restarts, paused));
         let next_due = slots.iter().filter_map(|s| s.due).min();
         let sleep = async {
             match next_due {
@@ -98,8 +100,8 @@ pub async fn run(
         tokio::select! {
             _ = interrupt.recv() => break Outcome { code: INTERRUPTED, what: "was interrupted (SIGINT)".into() },
             _ = terminate.recv() => break Outcome { code: INTERRUPTED, what: "was stopped (SIGTERM)".into() },
-            _ = pause.recv() => { guard.signal_all(Signal::SIGSTOP); out.status("paused every process (SIGUSR2 resumes)"); }
-            _ = resume.recv() => { guard.signal_all(Signal::SIGCONT); out.status("resumed every process"); }
+            _ = pause.recv() => { guard.signal_all(Signal::SIGSTOP); paused = true; out.status("paused every process (SIGUSR2 resumes)"); }
+            _ = resume.recv() => { guard.signal_all(Signal::SIGCONT); paused = false; out.status("resumed every process"); }
             _ = sleep => {
                 let now = Instant::now();
                 for (i, slot) in slots.iter_mut().enumerate() {
@@ -125,6 +127,7 @@ pub async fn run(
         }
     };
 
+    out.summary("");
     out.status(&format!("the job {}", outcome.what));
     // What is left goes by the job's clean pod policy; an interrupted run leaves nothing.
     if outcome.code == INTERRUPTED || policy != CleanPodPolicy::None {
@@ -139,6 +142,18 @@ pub async fn run(
         }
     }
     Ok(outcome)
+}
+
+/// The terminal's status line: where the replicas are, and how to stop the run.
+fn summary(slots: &[Slot], job_restarts: u32, paused: bool) -> String {
+    let count = |f: fn(&Slot) -> bool| slots.iter().filter(|s| !s.removed && f(s)).count();
+    let (total, running) = (count(|_| true), count(|s| s.pid.is_some()));
+    let (waiting, ended) = (count(|s| s.pid.is_none() && s.due.is_some()), count(|s| s.ended.is_some()));
+    let restarts = job_restarts + slots.iter().map(|s| s.restarts).sum::<u32>();
+    let state = if paused { "PAUSED (SIGUSR2 resumes) · " } else { "" };
+    format!(
+        "{state}{running}/{total} running · {waiting} to restart · {ended} ended · {restarts} restarts · Ctrl-C stops"
+    )
 }
 
 /// Carries out a request of the endpoint.
@@ -312,6 +327,15 @@ fn start(
         guard.kill(old, Signal::SIGKILL);
     }
     std::fs::create_dir_all(&replica.workdir).with_context(|| format!("creating {}", replica.workdir.display()))?;
+    for dir in &replica.mounts.dirs {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for (file, text) in &replica.mounts.files {
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(file, text).with_context(|| format!("writing {}", file.display()))?;
+    }
     let mut command = Command::new(&replica.argv[0]);
     command
         .args(&replica.argv[1..])
