@@ -1,14 +1,13 @@
-//! The baseline of time to running: the pods, services and RBAC the orchestrator would create,
-//! created by a plain client with the orchestrator's identity (so the same authorization
+//! The baseline of time to running: the physical limit, a job's pods and services and nothing
+//! more, created by a plain client with the orchestrator's identity (so the same authorization
 //! checks), `CONCURRENCY` jobs at a time, each job's objects in the reconciler's order.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use di_api::contract::Role;
+use di_controller::desired::identity::{self, Identity};
 use di_controller::desired::{self, Settings};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::Semaphore;
@@ -28,6 +27,16 @@ impl Bench {
             running.count() == total
         })
         .await?;
+        // The coordinators' ServiceAccount, which exists once per namespace (the orchestrator makes
+        // it with the namespace's first job): made before the clock starts.
+        let settings = Settings { identity: Identity::Policy, ..Settings::default() };
+        let (account, _) = identity::namespace_identity(&self.base_ns);
+        let accounts = Api::<ServiceAccount>::namespaced(self.base_client.clone(), &self.base_ns);
+        if let Err(e) = accounts.create(&PostParams::default(), &account).await
+            && !matches!(&e, kube::Error::Api(s) if s.code == 409)
+        {
+            return Err(e.into());
+        }
         let permits = Arc::new(Semaphore::new(CONCURRENCY));
         let start = Instant::now();
         let mut tasks = vec![];
@@ -36,11 +45,7 @@ impl Bench {
             job.metadata.namespace = Some(self.base_ns.clone());
             job.metadata.uid = Some(format!("baseline-{prefix}-{i}"));
             di_api::defaults::default_dijob(&mut job);
-            let replicas = desired::replicas(&job, None, &Settings::default())?;
-            let mut rbac = desired::rbac(&job)?;
-            for meta in [&mut rbac.service_account.metadata, &mut rbac.role.metadata, &mut rbac.binding.metadata] {
-                meta.owner_references = None;
-            }
+            let replicas = desired::replicas(&job, None, &settings)?;
             let client = self.base_client.clone();
             let ns = self.base_ns.clone();
             let (services, permits) = (Api::<Service>::namespaced(client.clone(), &ns), permits.clone());
@@ -49,41 +54,15 @@ impl Bench {
             tasks.push(tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await?;
                 let post = PostParams::default();
-                // In the reconciler's order: the ServiceAccount; then the Role, RoleBinding and
-                // coordinator pod, alongside every service and the other pods.
-                Api::<ServiceAccount>::namespaced(client.clone(), &ns).create(&post, &rbac.service_account).await?;
-                let mut coordinator = None;
-                let mut objects = vec![];
+                // In the reconciler's order: each replica's Service, then its pod.
                 for mut r in replicas {
                     // No owner: the job does not exist, and garbage collection must not interfere.
                     r.service.metadata.owner_references = None;
                     r.pod.metadata.owner_references = None;
                     r.pod.labels_mut().insert(RUN_LABEL.into(), prefix.clone());
-                    if r.role == Role::Coordinator {
-                        objects.push((r.service, None));
-                        coordinator = Some(r.pod);
-                    } else {
-                        objects.push((r.service, Some(r.pod)));
-                    }
+                    services.create(&post, &r.service).await?;
+                    pods.create(&post, &r.pod).await?;
                 }
-                let grants = async {
-                    Api::<RbacRole>::namespaced(client.clone(), &ns).create(&post, &rbac.role).await?;
-                    Api::<RoleBinding>::namespaced(client.clone(), &ns).create(&post, &rbac.binding).await?;
-                    if let Some(pod) = &coordinator {
-                        pods.create(&post, pod).await?;
-                    }
-                    Ok::<_, anyhow::Error>(())
-                };
-                let replicas = async {
-                    for (service, pod) in &objects {
-                        services.create(&post, service).await?;
-                        if let Some(pod) = pod {
-                            pods.create(&post, pod).await?;
-                        }
-                    }
-                    Ok::<_, anyhow::Error>(())
-                };
-                futures::try_join!(grants, replicas)?;
                 Ok::<_, anyhow::Error>(())
             }));
         }

@@ -73,6 +73,11 @@ struct ServeArgs {
     /// The cluster's DNS domain, in the FQDNs a task job's pods find each other by (`DI_NODES`).
     #[arg(long, env = "DI_CLUSTER_DOMAIN", default_value = di_api::tasks::DEFAULT_CLUSTER_DOMAIN)]
     cluster_domain: String,
+    /// Who replica endpoints are to the API server: `auto` takes the admission policy where the
+    /// API server has it (Kubernetes 1.30+; no RBAC write per job) and per-job RBAC elsewhere;
+    /// `policy` refuses to start without it; `per-job` always makes a job's own RBAC.
+    #[arg(long, value_enum, env = "DI_REPLICA_IDENTITY", default_value = "auto")]
+    replica_identity: ReplicaIdentity,
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     restart_backoff_seconds: f64,
@@ -199,8 +204,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("listing DIJobs: are the CRDs installed?")?;
     ready.store(true, Ordering::Relaxed);
 
+    let identity = di_controller::identity::choose(&client, args.replica_identity.into()).await?;
     let options = Options {
         settings: Settings {
+            identity,
             replicas_image: args.replicas_image,
             max_gpus_per_pod: args.max_gpus_per_pod,
             default_aggregator_config: args.default_aggregator_config,
@@ -336,4 +343,21 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "di-orchestrator".into())
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ReplicaIdentity {
+    Auto,
+    Policy,
+    PerJob,
+}
+
+impl From<ReplicaIdentity> for di_controller::identity::Choice {
+    fn from(choice: ReplicaIdentity) -> Self {
+        match choice {
+            ReplicaIdentity::Auto => Self::Auto,
+            ReplicaIdentity::Policy => Self::Policy,
+            ReplicaIdentity::PerJob => Self::PerJob,
+        }
+    }
 }

@@ -4,11 +4,14 @@
 //!
 //! Here: which replicas a job has, and any replica built from its template under the pod
 //! contract. What only some replicas have lives next door: the coordinator's replica-endpoint
-//! sidecar (`sidecar`), that sidecar's ServiceAccount, Role and RoleBinding (`rbac`), and a
+//! sidecar (`sidecar`), who that sidecar is to the API server (`identity`: the namespace's shared
+//! account held by an admission policy, or the job's own ServiceAccount, Role and RoleBinding,
+//! `rbac`), and a
 //! multi-GPU learner's aggregator and DDP learners (`ddp`); and a task job's pods and Service
 //! (`tasks`).
 
 mod ddp;
+pub mod identity;
 mod rbac;
 mod sidecar;
 mod tasks;
@@ -42,6 +45,8 @@ pub struct Settings {
     pub default_aggregator_config: String,
     /// DNS domain of the cluster, in task pods' FQDNs.
     pub cluster_domain: String,
+    /// Who replica endpoints are to the API server (chosen at start-up).
+    pub identity: identity::Identity,
 }
 
 impl Default for Settings {
@@ -51,6 +56,7 @@ impl Default for Settings {
             max_gpus_per_pod: 8,
             default_aggregator_config: "di-system/aggregator-config".into(),
             cluster_domain: di_api::tasks::DEFAULT_CLUSTER_DOMAIN.into(),
+            identity: identity::Identity::default(),
         }
     }
 }

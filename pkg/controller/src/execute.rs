@@ -16,6 +16,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::created::Kind;
+use crate::desired::identity;
 use crate::error::Error;
 use crate::pass::publish_on;
 use crate::plan::{Action, Why};
@@ -29,14 +30,16 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
         Action::CreateRbac(rbac) => Some(rbac),
         _ => None,
     });
+    // The namespace's shared identity, when this process has not made or found it yet.
+    let shared = actions.contains(&Action::EnsureNamespaceIdentity) && !ctx.namespaces.ready(&namespace);
     // The RoleBinding's create waits on the API server's escalation check, which lists bindings
     // from a cache that must first catch up with the writes just made (about 100 ms). So only the
     // coordinator pod waits for the RBAC (a coordinator that exists means its sidecar's RBAC does,
     // even after a crash); every other service and pod is created meanwhile.
     let coordinator = names::coordinator(&job.name_any());
-    let (after_grants, others): (Vec<&Action>, Vec<&Action>) = actions
-        .iter()
-        .partition(|a| rbac.is_some() && matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator));
+    let (after_grants, others): (Vec<&Action>, Vec<&Action>) = actions.iter().partition(|a| {
+        (rbac.is_some() || shared) && matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator)
+    });
     let uid = job.uid().unwrap_or_default();
     if let Some(rbac) = rbac {
         let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
@@ -46,6 +49,13 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
         if let Some(rbac) = rbac {
             create_owned(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &rbac.role, &uid).await?;
             create_owned(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &rbac.binding, &uid).await?;
+        }
+        if shared {
+            // Made once per namespace and never deleted; one that exists is taken as it is.
+            let (account, binding) = identity::namespace_identity(&namespace);
+            create(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &account).await?;
+            create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &binding).await?;
+            ctx.namespaces.mark_ready(&namespace);
         }
         carry_out(ctx, job, &after_grants).await
     };
@@ -65,7 +75,7 @@ struct Done {
     replaced: Vec<String>,
 }
 
-/// Every action but the RBAC's, in order.
+/// Every action but the replica identity's, in order.
 async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
@@ -74,7 +84,7 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
     let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
     for &action in actions {
         match action {
-            Action::CreateRbac(_) => {}
+            Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => {}
             Action::CreateService(service) => {
                 create(&services, service).await?;
                 ctx.created.wrote(&uid, Kind::Service, &service.name_any());

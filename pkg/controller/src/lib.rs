@@ -5,6 +5,7 @@ pub mod created;
 pub mod desired;
 pub mod error;
 mod execute;
+pub mod identity;
 pub mod index;
 pub mod leader;
 pub mod metrics;

@@ -110,7 +110,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     plan.actions.retain(|action| match action {
         Action::CreatePod(pod) => !unseen_pods.contains(&pod.name_any()),
         // The RBAC is made before its coordinator, so a coordinator that exists has it.
-        Action::CreateRbac(_) => !unseen_pods.contains(&coordinator),
+        Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => !unseen_pods.contains(&coordinator),
         Action::CreateService(service) => !unseen_services.contains(&service.name_any()),
         _ => true,
     });

@@ -84,6 +84,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         marks,
         created: Default::default(),
         retries: Default::default(),
+        namespaces: Default::default(),
     })
 }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use crate::desired::{self, BuildError, Rbac, Settings};
+use crate::desired::{self, BuildError, Rbac, Settings, identity};
 use crate::restarts::Mark;
 use crate::status::{self, Facts, is_active, is_terminating, pod_phase};
 
@@ -37,6 +37,8 @@ pub struct World<'a> {
 pub enum Action {
     /// The sidecar's ServiceAccount, Role and RoleBinding.
     CreateRbac(Box<Rbac>),
+    /// The namespace's shared replica identity, which the sidecar runs as (`desired::identity`).
+    EnsureNamespaceIdentity,
     CreateService(Box<Service>),
     CreatePod(Box<Pod>),
     /// Count a failed replica's replacement on its Service, then its pod is deleted.
@@ -122,7 +124,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
 
     if phase.is_finished() {
         actions.extend(cleanup(job, world));
-        if !previous.is_some_and(Phase::is_finished) {
+        if !previous.is_some_and(Phase::is_finished) && !identity::uses_shared(job, settings.identity) {
             actions.push(Action::DeleteRbac);
         }
     } else if facts.suspended {
@@ -155,7 +157,10 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             match pods.get(&pod_name) {
                 None => {
                     if replica.role == Role::Coordinator {
-                        actions.push(Action::CreateRbac(Box::new(desired::rbac(job)?)));
+                        actions.push(match identity::uses_shared(job, settings.identity) {
+                            true => Action::EnsureNamespaceIdentity,
+                            false => Action::CreateRbac(Box::new(desired::rbac(job)?)),
+                        });
                     }
                     let after = service.and_then(restart_after);
                     match after.map(|t| t.duration_since(world.now)).filter(|d| d.is_positive()) {

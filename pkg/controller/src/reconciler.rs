@@ -48,6 +48,8 @@ pub struct Context {
     pub created: Created,
     /// Failed passes in a row, per job.
     pub retries: Retries,
+    /// Namespaces whose shared replica identity exists.
+    pub namespaces: crate::identity::Namespaces,
 }
 
 /// Options of the reconciler loop.
@@ -127,6 +129,7 @@ pub async fn run(
         marks: Arc::default(),
         created: Created::default(),
         retries: Retries::default(),
+        namespaces: Default::default(),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::PostParams;
 use kube::config::Kubeconfig;
 use kube::{Api, Client};
@@ -48,11 +48,12 @@ pub fn binary(name: &str) -> PathBuf {
 impl Orchestrator {
     /// The orchestrator for `namespace`: on kind the deployed one; otherwise its RBAC is installed
     /// and a local process started.
-    pub async fn start(cluster: &TestCluster, namespace: &str) -> Orchestrator {
+    pub async fn start(cluster: &TestCluster, namespace: &str, args: &[&str]) -> Orchestrator {
         if crate::nodes::real_nodes() {
             return Orchestrator::Deployed(cluster.client.clone());
         }
-        Orchestrator::Local(Box::new(LocalOrchestrator::start_with(cluster, namespace, "", &[]).await))
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Orchestrator::Local(Box::new(LocalOrchestrator::start_with(cluster, namespace, "", &args).await))
     }
 
     /// Kills it at once, as a crash would (on kind: deletes its pods).
@@ -120,7 +121,7 @@ impl LocalOrchestrator {
     ) -> LocalOrchestrator {
         cluster.apply_file("manifests/install/namespace.yaml").await;
         cluster.apply_file("manifests/install/rbac.yaml").await;
-        let mut kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace).await;
+        let mut kubeconfig = service_account_kubeconfig(cluster, "di-system", "di-orchestrator", namespace, None).await;
         if let Some(server) = server {
             kubeconfig = with_server(&kubeconfig, &format!("{namespace}{instance}"), server);
         }
@@ -218,8 +219,9 @@ fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Chil
         .expect("starting di-orchestrator")
 }
 
-/// The replica endpoint of one job, as a local process with the job's own ServiceAccount (the
-/// identity the reconciler created for it), listening on loopback.
+/// The replica endpoint of one job, as a local process with its coordinator's identity (the
+/// ServiceAccount the coordinator pod runs as, in a token bound to that pod, as the kubelet
+/// mounts it), listening on loopback.
 pub struct Sidecar {
     _child: Child,
     pub url: String,
@@ -229,8 +231,8 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub async fn start(cluster: &TestCluster, namespace: &str, job: &str) -> Sidecar {
-        let account = di_api::contract::names::replicas_identity(job);
-        let kubeconfig = service_account_kubeconfig(cluster, namespace, &account, &format!("{namespace}-{job}")).await;
+        let coordinator = di_api::contract::names::coordinator(job);
+        let kubeconfig = pod_kubeconfig(cluster, namespace, &coordinator).await;
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("port").port();
         let log = kubeconfig.with_extension("log");
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("sidecar log");
@@ -255,11 +257,31 @@ impl Sidecar {
     }
 }
 
-/// A kubeconfig for a ServiceAccount's token, beside the admin one.
-async fn service_account_kubeconfig(cluster: &TestCluster, sa_namespace: &str, sa: &str, file: &str) -> PathBuf {
+/// A kubeconfig with the token a pod's containers get: its ServiceAccount's, bound to the pod
+/// (so the API server names the pod in the request's user info).
+pub async fn pod_kubeconfig(cluster: &TestCluster, namespace: &str, pod: &str) -> PathBuf {
+    let found = Api::<Pod>::namespaced(cluster.client.clone(), namespace).get(pod).await.expect("the pod");
+    let account = found.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_else(|| "default".into());
+    let bound = BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pod.into()),
+        uid: found.metadata.uid.clone(),
+    };
+    service_account_kubeconfig(cluster, namespace, &account, &format!("{namespace}-{pod}"), Some(bound)).await
+}
+
+/// A kubeconfig for a ServiceAccount's token (bound to an object when given), beside the admin one.
+async fn service_account_kubeconfig(
+    cluster: &TestCluster,
+    sa_namespace: &str,
+    sa: &str,
+    file: &str,
+    bound: Option<BoundObjectReference>,
+) -> PathBuf {
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), sa_namespace);
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), ..Default::default() },
+        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: bound },
         ..Default::default()
     };
     let token = accounts

@@ -29,12 +29,18 @@ pub struct Scenario {
 
 impl Scenario {
     pub async fn new(hint: &str) -> Scenario {
+        Box::pin(Self::with_args(hint, &[])).await
+    }
+
+    /// A scenario whose orchestrator runs with `args` besides the usual (only local
+    /// orchestrators take arguments: on kind the deployed one runs with its own).
+    pub async fn with_args(hint: &str, args: &[&str]) -> Scenario {
         // Boxed: the setup's future is large, and test threads have small stacks.
         let cluster = Box::pin(connect()).await;
         Box::pin(cluster.install_crds()).await;
         let ns = Box::pin(cluster.namespace(hint)).await;
         let nodes = Nodes::start(cluster.client.clone(), &ns);
-        let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns)).await;
+        let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns, args)).await;
         Scenario {
             jobs: Api::namespaced(cluster.client.clone(), &ns),
             pods: Api::namespaced(cluster.client.clone(), &ns),

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use di_api::contract::annotations;
 use di_api::{DIJob, Phase};
+/// The namespace's shared replica identity (ServiceAccount and RoleBinding), kept for its next job.
+const SHARED: &str = "di-replicas";
 use di_e2e::cluster::within;
 use di_e2e::orchestrator::LocalOrchestrator;
 use di_e2e::scenario::{Scenario, WAIT, names};
@@ -46,7 +48,7 @@ async fn a_job_runs_with_every_replica_owned_and_wired() {
     assert_eq!(env_of(coordinator)["KUBERNETES_COORDINATOR_URL"], format!("cartpole-coordinator.{}:22273", s.ns));
     let spec = coordinator.spec.as_ref().unwrap();
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(spec.service_account_name.as_deref(), Some("cartpole-replicas"));
+    assert_eq!(spec.service_account_name.as_deref(), Some(SHARED));
     assert!(
         spec.init_containers
             .iter()
@@ -63,12 +65,14 @@ async fn a_job_runs_with_every_replica_owned_and_wired() {
     assert_eq!(svc.publish_not_ready_addresses, Some(true));
     assert_eq!(service.metadata.owner_references.unwrap()[0].uid, uid);
 
-    // The sidecar's identity exists, owned by the job.
+    // The sidecar's identity exists: the namespace's, shared by its jobs and owned by none (the
+    // admission policy holds each coordinator to its own job).
     let client = s.cluster.client.clone();
-    let sa = Api::<ServiceAccount>::namespaced(client.clone(), &s.ns).get("cartpole-replicas").await.unwrap();
-    assert_eq!(sa.owner_references()[0].uid, uid);
-    Api::<Role>::namespaced(client.clone(), &s.ns).get("cartpole-replicas").await.unwrap();
-    Api::<RoleBinding>::namespaced(client, &s.ns).get("cartpole-replicas").await.unwrap();
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), &s.ns).get("di-replicas").await.unwrap();
+    assert!(sa.owner_references().is_empty());
+    Api::<RoleBinding>::namespaced(client.clone(), &s.ns).get("di-replicas").await.unwrap();
+    let roles = Api::<Role>::namespaced(client, &s.ns).list(&Default::default()).await.unwrap();
+    assert!(roles.items.is_empty(), "no Role per job");
 
     let status = job.status.unwrap();
     assert_eq!(status.observed_generation, job.metadata.generation);
@@ -201,7 +205,8 @@ async fn deleting_a_job_leaves_nothing_behind() {
     s.wait_phase("gone", Phase::Running).await;
     s.jobs.delete("gone", &DeleteParams::foreground()).await.unwrap();
     // The garbage collector learns a new CRD's kind when it rediscovers resources (about 30 s).
-    // Lists rather than watches: what is checked is that nothing of any name is left, in six kinds.
+    // Lists rather than watches: what is checked is that nothing of any name is left, in six kinds,
+    // but the namespace's shared replica identity, which serves its next job too.
     let client = s.cluster.client.clone();
     let ns = s.ns.clone();
     within(Duration::from_secs(120), "garbage collection of the job's objects", async move {
@@ -224,14 +229,16 @@ async fn deleting_a_job_leaves_nothing_behind() {
                     .await
                     .unwrap()
                     .items
-                    .len()
+                    .iter()
+                    .filter(|b| b.name_any() != SHARED)
+                    .count()
                 + Api::<ServiceAccount>::namespaced(client.clone(), &ns)
                     .list(&ListParams::default())
                     .await
                     .unwrap()
                     .items
                     .iter()
-                    .filter(|sa| sa.name_any() != "default")
+                    .filter(|sa| sa.name_any() != "default" && sa.name_any() != SHARED)
                     .count()
                 + Api::<DIJob>::namespaced(client.clone(), &ns).list(&ListParams::default()).await.unwrap().items.len();
             if count == 0 {

@@ -8,6 +8,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role as RbacRole, RoleBinding, Role
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
+use super::identity::coordinator_service_account;
 use super::{BuildError, job_labels, owner_reference};
 
 /// The per-job identity of the replica endpoint sidecar.
@@ -63,10 +64,4 @@ pub fn rbac(job: &DIJob) -> Result<Rbac, BuildError> {
             }]),
         },
     })
-}
-
-/// The ServiceAccount the coordinator's template asks for, if any.
-fn coordinator_service_account(job: &DIJob) -> Option<String> {
-    let spec = job.spec.coordinator.as_ref()?.template.spec.as_ref()?;
-    spec.service_account_name.clone().filter(|s| !s.is_empty())
 }

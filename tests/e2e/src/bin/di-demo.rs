@@ -60,7 +60,7 @@ async fn demo(cluster: &TestCluster, nodes: Option<Arc<SimulatedNodes>>) -> anyh
     let ns =
         Namespace { metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..Default::default() }, ..Default::default() };
     namespaces.patch(NAMESPACE, &PatchParams::apply("di-demo"), &Patch::Apply(&ns)).await?;
-    let orchestrator = Orchestrator::start(cluster, NAMESPACE).await;
+    let orchestrator = Orchestrator::start(cluster, NAMESPACE, &[]).await;
     println!("orchestrator running (as di-system/di-orchestrator, for namespace {NAMESPACE})");
 
     let jobs: Api<DIJob> = Api::namespaced(cluster.client.clone(), NAMESPACE);

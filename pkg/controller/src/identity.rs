@@ -1,0 +1,108 @@
+//! The replica endpoints' identity at the edges: which one this API server allows, chosen once at
+//! start-up, and the namespaces whose shared identity exists (see `desired::identity`).
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+pub use crate::desired::identity::Identity;
+use crate::desired::identity::{SHARED, policy, policy_binding};
+use crate::reconciler::MANAGER;
+
+/// What the operator asked for (`--replica-identity`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Choice {
+    /// The admission policy where the API server has it, per-job RBAC elsewhere.
+    #[default]
+    Auto,
+    /// The admission policy, or no start.
+    Policy,
+    /// Per-job RBAC.
+    PerJob,
+}
+
+/// How long a changed policy takes to be enforced: each API server reloads policies about once a
+/// second; twice that, and no coordinator runs as the shared identity before it holds.
+const POLICY_RELOAD: Duration = Duration::from_secs(2);
+
+/// Decides the identity and, for the policy, puts it in force (written only when it changed).
+pub async fn choose(client: &Client, choice: Choice) -> Result<Identity, Unavailable> {
+    if choice == Choice::PerJob {
+        info!("replica endpoints get a ServiceAccount, Role and RoleBinding per job (--replica-identity per-job)");
+        return Ok(Identity::PerJob);
+    }
+    let why_not = match has_policy_api(client).await {
+        Ok(true) => match apply_policy(client).await {
+            Ok(()) => {
+                info!(
+                    policy = SHARED,
+                    "replica endpoints run as the namespace's {SHARED}, held to their own job by the admission policy"
+                );
+                return Ok(Identity::Policy);
+            }
+            Err(e) => format!("the admission policy could not be applied: {e}"),
+        },
+        Ok(false) => {
+            "the API server has no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+)".into()
+        }
+        Err(e) => format!("asking the API server for its admission policy API: {e}"),
+    };
+    if choice == Choice::Policy {
+        return Err(Unavailable(why_not));
+    }
+    warn!(reason = %why_not, "replica endpoints get a ServiceAccount, Role and RoleBinding per job");
+    Ok(Identity::PerJob)
+}
+
+async fn has_policy_api(client: &Client) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources("admissionregistration.k8s.io/v1").await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "validatingadmissionpolicies")),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Server-side applies the policy and its binding; waits for the API servers to load them when
+/// either changed (a write that changes nothing keeps the resourceVersion).
+async fn apply_policy(client: &Client) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(MANAGER).force();
+    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> =
+        Api::all(client.clone());
+    let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> =
+        Api::all(client.clone());
+    let before = (version(policies.get_opt(SHARED).await?), version(bindings.get_opt(SHARED).await?));
+    let policy = policies.patch(SHARED, &params, &Patch::Apply(policy())).await?;
+    let binding = bindings.patch(SHARED, &params, &Patch::Apply(policy_binding())).await?;
+    if before != (version(Some(policy)), version(Some(binding))) {
+        info!("the admission policy {SHARED} changed: waiting {POLICY_RELOAD:?} for the API servers to load it");
+        tokio::time::sleep(POLICY_RELOAD).await;
+    }
+    Ok(())
+}
+
+fn version<K: kube::ResourceExt>(object: Option<K>) -> Option<String> {
+    object.and_then(|o| o.resource_version())
+}
+
+/// The admission policy was asked for and cannot be had, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("the replica endpoints' admission policy cannot be used: {0}")]
+pub struct Unavailable(String);
+
+/// Namespaces whose shared ServiceAccount and RoleBinding this process made or found.
+#[derive(Default)]
+pub struct Namespaces(Mutex<HashSet<String>>);
+
+impl Namespaces {
+    pub fn ready(&self, namespace: &str) -> bool {
+        self.0.lock().expect("namespaces lock").contains(namespace)
+    }
+
+    pub fn mark_ready(&self, namespace: &str) {
+        self.0.lock().expect("namespaces lock").insert(namespace.to_owned());
+    }
+}
