@@ -67,9 +67,13 @@ impl Bench {
         let jobs_ns = cluster.namespace(hint).await;
         let nodes = SimulatedNodes::start(cluster.client.clone(), &jobs_ns);
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let orchestrator =
-            LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &[format!("--probe-addr=127.0.0.1:{port}")])
-                .await;
+        // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
+        // measured against the same baseline.
+        let mut args = vec![format!("--probe-addr=127.0.0.1:{port}")];
+        args.extend(
+            std::env::var("DI_BENCH_ORCHESTRATOR_ARGS").unwrap_or_default().split_whitespace().map(String::from),
+        );
+        let orchestrator = LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &args).await;
         let kubeconfig = kube::config::Kubeconfig::read_from(orchestrator.kubeconfig())?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
         let bench = Bench {

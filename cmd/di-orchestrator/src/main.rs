@@ -85,6 +85,13 @@ struct ServeArgs {
     /// seconds; phases, conditions, failures and a job reaching its replicas are written at once.
     #[arg(long, default_value_t = 1.0)]
     status_period_seconds: f64,
+    /// Most status writes per second, all jobs together, that change only pod counts (progress
+    /// while jobs start); the rest wait their turn. Phases, conditions and failures never wait.
+    #[arg(long, default_value_t = 5.0)]
+    status_writes_per_second: f64,
+    /// Most events sent per second; the rest queue behind (events never hold up a pass).
+    #[arg(long, default_value_t = 5.0)]
+    events_per_second: f64,
     /// Jobs reconciled at once.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
@@ -217,6 +224,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         namespace: args.namespace,
         status_period: Duration::from_secs_f64(args.status_period_seconds.max(0.0)),
+        status_writes_per_second: args.status_writes_per_second,
+        events_per_second: args.events_per_second,
     };
 
     let run = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));

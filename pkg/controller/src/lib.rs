@@ -4,6 +4,7 @@
 pub mod created;
 pub mod desired;
 pub mod error;
+pub mod events;
 mod execute;
 pub mod identity;
 pub mod index;

@@ -2,7 +2,9 @@
 //! and each write costs a request, a watch event to every watcher of DIJobs and another pass. So
 //! what a user acts on (the first status, a new phase or condition, a replica that ended, a job
 //! that reached its replicas) is written at once, and a change of counts only is written at most
-//! once per period: the pass that would write it sooner asks to be run again when it is due.
+//! once per period per job, and within a budget shared by all jobs: a hundred jobs starting at
+//! once would otherwise spend on progress figures the API server time their pods' creates need
+//! (measured with `make bench`). The pass that would write sooner asks to be run again when due.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,6 +17,8 @@ pub enum Write {
     /// Nothing changed.
     Unchanged,
     Now,
+    /// Only counts changed, and the job's period is over: write if the shared budget allows.
+    Counts,
     /// Only counts changed, and the last write was recent: write when this has passed.
     After(Duration),
 }
@@ -35,8 +39,9 @@ pub fn decide(old: Option<&DIJobStatus>, new: &DIJobStatus, since_last: Option<D
         || ended(old) != ended(new)
         || at_desired(new);
     match since_last {
-        Some(since) if !significant && since < period => Write::After(period - since),
-        _ => Write::Now,
+        _ if significant => Write::Now,
+        Some(since) if since < period => Write::After(period - since),
+        _ => Write::Counts,
     }
 }
 
@@ -52,11 +57,19 @@ fn at_desired(status: &DIJobStatus) -> bool {
 pub struct Pacer {
     pub period: Duration,
     written: Mutex<HashMap<String, Instant>>,
+    /// Count-only writes, all jobs together.
+    budget: Bucket,
 }
 
 impl Pacer {
-    pub fn new(period: Duration) -> Self {
-        Pacer { period, written: Mutex::new(HashMap::new()) }
+    /// `per_second`: count-only writes per second, all jobs together (at least one).
+    pub fn new(period: Duration, per_second: f64) -> Self {
+        Pacer { period, written: Mutex::new(HashMap::new()), budget: Bucket::new(per_second) }
+    }
+
+    /// Takes one count-only write from the shared budget, or says when one will be there.
+    pub fn take_budget(&self) -> Result<(), Duration> {
+        self.budget.take()
     }
 
     /// Time since the job (by UID) was last written, if within the period.
@@ -73,6 +86,33 @@ impl Pacer {
             written.retain(|_, at| at.elapsed() < self.period);
         }
         written.insert(uid.to_owned(), Instant::now());
+    }
+}
+
+/// A token bucket: `per_second` tokens a second, as many at most (one at least).
+pub struct Bucket {
+    per_second: f64,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Bucket {
+    pub fn new(per_second: f64) -> Bucket {
+        let per_second = per_second.max(1.0);
+        Bucket { per_second, state: Mutex::new((per_second, Instant::now())) }
+    }
+
+    /// Takes a token, or says when one will be there.
+    pub fn take(&self) -> Result<(), Duration> {
+        let mut state = self.state.lock().expect("bucket lock");
+        let (tokens, refilled) = &mut *state;
+        *tokens = (*tokens + refilled.elapsed().as_secs_f64() * self.per_second).min(self.per_second);
+        *refilled = Instant::now();
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - *tokens) / self.per_second))
+        }
     }
 }
 
@@ -99,8 +139,8 @@ mod tests {
         let old = status(Phase::Running, "3/10", 0);
         let new = status(Phase::Running, "4/10", 0);
         assert_eq!(decide(Some(&old), &new, RECENT, PERIOD), Write::After(Duration::from_millis(800)));
-        assert_eq!(decide(Some(&old), &new, None, PERIOD), Write::Now, "no recent write");
-        assert_eq!(decide(Some(&old), &new, Some(PERIOD), PERIOD), Write::Now, "period over");
+        assert_eq!(decide(Some(&old), &new, None, PERIOD), Write::Counts, "no recent write");
+        assert_eq!(decide(Some(&old), &new, Some(PERIOD), PERIOD), Write::Counts, "period over");
         assert_eq!(decide(Some(&new), &new, RECENT, PERIOD), Write::Unchanged);
     }
 
@@ -139,8 +179,19 @@ mod tests {
     }
 
     #[test]
+    fn count_only_writes_share_a_budget() {
+        let pacer = Pacer::new(PERIOD, 2.0);
+        assert_eq!(pacer.take_budget(), Ok(()));
+        assert_eq!(pacer.take_budget(), Ok(()));
+        let wait = pacer.take_budget().unwrap_err();
+        assert!(wait > Duration::from_millis(400) && wait <= Duration::from_millis(500), "{wait:?}");
+        std::thread::sleep(Duration::from_millis(520));
+        assert_eq!(pacer.take_budget(), Ok(()), "refilled at its rate");
+    }
+
+    #[test]
     fn the_pacer_forgets_after_a_period() {
-        let pacer = Pacer::new(Duration::from_millis(50));
+        let pacer = Pacer::new(Duration::from_millis(50), 10.0);
         assert_eq!(pacer.since_last("a"), None);
         pacer.wrote("a");
         assert!(pacer.since_last("a").is_some());

@@ -18,7 +18,6 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
 
 use crate::created::Kind;
 use crate::desired;
@@ -149,6 +148,11 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
     match pace::decide(job.status.as_ref(), status, ctx.pacer.since_last(&uid), ctx.pacer.period) {
         Write::Unchanged => return Ok(None),
         Write::After(due) => return Ok(Some(due)),
+        Write::Counts => {
+            if let Err(due) = ctx.pacer.take_budget() {
+                return Ok(Some(due));
+            }
+        }
         Write::Now => {}
     }
     write_status(ctx, job, status).await?;
@@ -274,12 +278,7 @@ pub(crate) fn publish(
     note: Option<String>,
 ) {
     let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
-    let (ctx, reference, name, reason) = (ctx.clone(), job.clone(), name.to_owned(), reason.to_owned());
-    tokio::spawn(async move {
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            warn!(job = %name, "publishing event {reason}: {e}");
-        }
-    });
+    ctx.events.send(event, job.clone(), name);
 }
 
 /// Publishes an event on `job`.

@@ -70,7 +70,10 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         service_index.apply(&event);
     }
     Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
+        events: crate::events::Events::start(
+            Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
+            10.0,
+        ),
         client,
         pods: pod_store,
         services: service_store,
@@ -80,7 +83,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         settings: Settings::default(),
         restart_backoff: Duration::from_secs(10),
         metrics: Arc::new(Metrics::new()),
-        pacer: Pacer::new(Duration::from_secs(1)),
+        pacer: Pacer::new(Duration::from_secs(1), 10.0),
         marks,
         created: Default::default(),
         retries: Default::default(),

@@ -39,7 +39,7 @@ pub struct Context {
     pub settings: Settings,
     /// First delay before a failed replica is replaced; doubles with each replacement.
     pub restart_backoff: Duration,
-    pub recorder: Recorder,
+    pub events: crate::events::Events,
     pub metrics: Arc<Metrics>,
     pub pacer: Pacer,
     /// Restart marks written and not yet seen in the service cache.
@@ -63,6 +63,10 @@ pub struct Options {
     pub namespace: Option<String>,
     /// Least time between two status writes of a job that change only its counts.
     pub status_period: Duration,
+    /// Most status writes per second that change only counts, all jobs together.
+    pub status_writes_per_second: f64,
+    /// Most events sent per second.
+    pub events_per_second: f64,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -115,7 +119,7 @@ pub async fn run(
         .touched_objects();
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
     let context = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
+        events: crate::events::Events::start(Recorder::new(client.clone(), reporter), options.events_per_second),
         client: client.clone(),
         pods,
         services,
@@ -125,7 +129,7 @@ pub async fn run(
         settings: options.settings,
         restart_backoff: options.restart_backoff,
         metrics,
-        pacer: Pacer::new(options.status_period),
+        pacer: Pacer::new(options.status_period, options.status_writes_per_second),
         marks: Arc::default(),
         created: Created::default(),
         retries: Retries::default(),
