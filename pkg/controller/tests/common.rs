@@ -1,9 +1,13 @@
 //! Jobs and pods for the reconciler's tests.
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 use di_api::DIJob;
 use di_api::defaults::default_dijob;
-use k8s_openapi::api::core::v1::Pod;
+use di_controller::desired::Settings;
+use di_controller::plan::{Plan, World, plan};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::json;
@@ -47,4 +51,20 @@ pub fn observed(mut pod: Pod, phase: &str) -> Pod {
 
 pub fn now() -> Timestamp {
     "2026-11-22T10:00:00Z".parse().unwrap()
+}
+
+/// First delay before a failed replica is replaced, in the tests' passes.
+pub const BACKOFF: Duration = Duration::from_secs(10);
+
+/// One pass of `job` (a role or a task job) over these pods and services, at `at`.
+pub fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
+    let world = World {
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        taken: Default::default(),
+        aggregator_config: None,
+        missing_aggregator_config: None,
+        now: at,
+    };
+    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
 }

@@ -5,11 +5,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{job, now, observed};
+use common::{BACKOFF, decide, job, now, observed};
 use di_api::contract::{annotations, labels};
 use di_api::{DIJob, DIJobStatus, Phase};
 use di_controller::desired::{self, Settings};
-use di_controller::plan::{Action, Plan, Why, World, backoff, plan};
+use di_controller::plan::{Action, Why, World, backoff, plan};
 use di_controller::restarts::Mark;
 use di_controller::status::job_phase;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -17,26 +17,12 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use serde_json::json;
 
-const BACKOFF: Duration = Duration::from_secs(10);
-
 /// The job's pods and services as they would exist, each pod in the phase `phase_of` says.
 fn world_of(job: &DIJob, phase_of: impl Fn(&str) -> Option<&'static str>) -> (Vec<Pod>, Vec<Service>) {
     let replicas = desired::replicas(job, None, &Settings::default()).unwrap();
     let pods = replicas.iter().filter_map(|r| phase_of(&r.name()).map(|p| observed(r.pod.clone(), p))).collect();
     let services = replicas.iter().map(|r| r.service.clone()).collect();
     (pods, services)
-}
-
-fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
-    let world = World {
-        pods: pods.iter().collect(),
-        services: services.iter().collect(),
-        taken: Default::default(),
-        aggregator_config: None,
-        missing_aggregator_config: None,
-        now: at,
-    };
-    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
 }
 
 fn with_status(mut job: DIJob, status: DIJobStatus) -> DIJob {

@@ -6,20 +6,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::{now, observed};
+use common::{decide, now, observed};
 use di_api::contract::annotations as marks;
 use di_api::defaults::default_dijob;
 use di_api::tasks::annotations;
 use di_api::{DIJob, DIJobStatus, Phase};
 use di_controller::desired::{Settings, task_objects};
-use di_controller::plan::{Action, Plan, Why, World};
-use di_controller::tasks::plan;
+use di_controller::plan::{Action, Plan, Why};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 use serde_json::{Value, json};
-
-const BACKOFF: Duration = Duration::from_secs(10);
 
 /// A defaulted ditask-style job: learner, evaluator, `collectors` collectors, plus `extra` fields.
 fn job(collectors: i32, extra: Value) -> DIJob {
@@ -56,18 +53,6 @@ fn world_of(
     service.metadata.uid = Some("svc-uid".into());
     service.annotations_mut().extend(mark.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     (pods, service)
-}
-
-fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
-    let world = World {
-        pods: pods.iter().collect(),
-        services: services.iter().collect(),
-        taken: Default::default(),
-        aggregator_config: None,
-        missing_aggregator_config: None,
-        now: at,
-    };
-    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
 }
 
 fn with_phase(mut job: DIJob, phase: Phase) -> DIJob {
