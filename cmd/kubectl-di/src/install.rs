@@ -89,6 +89,48 @@ pub async fn uninstall(ctx: &Ctx, keep_crds: bool) -> anyhow::Result<()> {
             Err(e) => return Err(explain(e, &format!("deleting {label}"))),
         }
     }
+    delete_replica_identity(ctx).await
+}
+
+/// What the orchestrator made for the replica endpoints outside the manifests: the admission
+/// policy and its binding, and each namespace's shared ServiceAccount and RoleBinding.
+async fn delete_replica_identity(ctx: &Ctx) -> anyhow::Result<()> {
+    use di_controller::desired::identity::SHARED;
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    use kube::Api;
+
+    let gone = |e: &kube::Error| is_status(e, 404);
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(ctx.client.clone());
+    for (label, deleted) in [
+        ("validatingadmissionpolicybinding", bindings.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
+        ("validatingadmissionpolicy", policies.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
+    ] {
+        match deleted {
+            Ok(()) => println!("{label}/{SHARED} deleted"),
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(explain(e, &format!("deleting {label}/{SHARED}"))),
+        }
+    }
+    let managed = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=di-orchestrator");
+    let accounts: Api<ServiceAccount> = Api::all(ctx.client.clone());
+    let shared = accounts.list(&managed).await.map_err(|e| explain(e, "listing ServiceAccounts"))?;
+    for namespace in shared.iter().filter(|a| a.name_any() == SHARED).filter_map(|a| a.namespace()) {
+        let binding = Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace);
+        let account = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
+        for (kind, deleted) in [
+            ("rolebinding", binding.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
+            ("serviceaccount", account.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
+        ] {
+            match deleted {
+                Ok(()) => println!("{kind}/{SHARED} in {namespace} deleted"),
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(explain(e, &format!("deleting {kind}/{SHARED} in {namespace}"))),
+            }
+        }
+    }
     Ok(())
 }
 

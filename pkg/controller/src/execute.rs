@@ -59,7 +59,17 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
         }
         carry_out(ctx, job, &after_grants).await
     };
-    let (mut done, more) = futures::try_join!(grants_then_coordinator, carry_out(ctx, job, &others))?;
+    let (mut done, more) = match futures::try_join!(grants_then_coordinator, carry_out(ctx, job, &others)) {
+        Ok(done) => done,
+        Err(e) => {
+            // Someone may have deleted the namespace's shared identity (kubectl di uninstall):
+            // the next pass makes sure of it again rather than trust what this process saw.
+            if actions.contains(&Action::EnsureNamespaceIdentity) {
+                ctx.namespaces.forget(&namespace);
+            }
+            return Err(e);
+        }
+    };
     done.created.extend(more.created);
     done.deleted.extend(more.deleted);
     done.replaced.extend(more.replaced);

@@ -105,4 +105,8 @@ impl Namespaces {
     pub fn mark_ready(&self, namespace: &str) {
         self.0.lock().expect("namespaces lock").insert(namespace.to_owned());
     }
+
+    pub fn forget(&self, namespace: &str) {
+        self.0.lock().expect("namespaces lock").remove(namespace);
+    }
 }

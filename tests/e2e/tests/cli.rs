@@ -141,6 +141,10 @@ async fn the_plugin_does_what_its_help_says() {
     assert_eq!(containers[0].image.as_deref(), Some("example/di-orchestrator:test"));
     let out = ok(&kubectl_di(&s, &["uninstall", "--keep-crds"]).await);
     assert!(out.contains("validatingwebhookconfiguration/di-orchestrator deleted"), "{out}");
+    // And what the orchestrator made outside the manifests: the replica endpoints' policy and
+    // this namespace's shared identity (its job above had a coordinator).
+    assert!(out.contains("validatingadmissionpolicy/di-replicas deleted"), "{out}");
+    assert!(out.contains(&format!("serviceaccount/di-replicas in {} deleted", s.ns)), "{out}");
     assert!(deployments.get_opt("di-orchestrator").await.unwrap().is_none());
 }
 
