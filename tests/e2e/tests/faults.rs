@@ -67,8 +67,10 @@ async fn submitted_again() {
     for pod in &pods {
         assert_eq!(owner(pod), second.uid(), "{} belongs to the new job", pod.name_any());
     }
-    let job = s.jobs.get("again").await.unwrap();
-    assert!(!has_condition("NamesTaken")(Some(&job)), "released once the names are free");
+    // Released once the names are free: the status that says so follows the last pod's creation
+    // (a pass that creates pods leaves the status to the next one).
+    let released = await_condition(s.jobs.clone(), "again", |job: Option<&DIJob>| !has_condition("NamesTaken")(job));
+    Box::pin(within(WAIT, "NamesTaken to be released once the names are free", released)).await.unwrap().unwrap();
 }
 
 #[tokio::test]
