@@ -92,6 +92,16 @@ pub async fn uninstall(ctx: &Ctx, keep_crds: bool) -> anyhow::Result<()> {
     delete_replica_identity(ctx).await
 }
 
+/// Says that `what` was deleted; one already gone is no error.
+fn said_deleted(deleted: Result<(), kube::Error>, what: &str) -> anyhow::Result<()> {
+    match deleted {
+        Ok(()) => println!("{what} deleted"),
+        Err(e) if is_status(&e, 404) => {}
+        Err(e) => return Err(explain(e, &format!("deleting {what}"))),
+    }
+    Ok(())
+}
+
 /// What the orchestrator made for the replica endpoints outside the manifests: the admission
 /// policy and its binding, and each namespace's shared ServiceAccount and RoleBinding.
 async fn delete_replica_identity(ctx: &Ctx) -> anyhow::Result<()> {
@@ -101,35 +111,28 @@ async fn delete_replica_identity(ctx: &Ctx) -> anyhow::Result<()> {
     use k8s_openapi::api::rbac::v1::RoleBinding;
     use kube::Api;
 
-    let gone = |e: &kube::Error| is_status(e, 404);
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(ctx.client.clone());
-    for (label, deleted) in [
-        ("validatingadmissionpolicybinding", bindings.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
-        ("validatingadmissionpolicy", policies.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
-    ] {
-        match deleted {
-            Ok(()) => println!("{label}/{SHARED} deleted"),
-            Err(e) if gone(&e) => {}
-            Err(e) => return Err(explain(e, &format!("deleting {label}/{SHARED}"))),
-        }
-    }
+    let params = DeleteParams::background();
+    said_deleted(
+        bindings.delete(SHARED, &params).await.map(|_| ()),
+        &format!("validatingadmissionpolicybinding/{SHARED}"),
+    )?;
+    said_deleted(policies.delete(SHARED, &params).await.map(|_| ()), &format!("validatingadmissionpolicy/{SHARED}"))?;
     let managed = kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=di-orchestrator");
     let accounts: Api<ServiceAccount> = Api::all(ctx.client.clone());
     let shared = accounts.list(&managed).await.map_err(|e| explain(e, "listing ServiceAccounts"))?;
     for namespace in shared.iter().filter(|a| a.name_any() == SHARED).filter_map(|a| a.namespace()) {
         let binding = Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace);
         let account = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
-        for (kind, deleted) in [
-            ("rolebinding", binding.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
-            ("serviceaccount", account.delete(SHARED, &DeleteParams::background()).await.map(|_| ())),
-        ] {
-            match deleted {
-                Ok(()) => println!("{kind}/{SHARED} in {namespace} deleted"),
-                Err(e) if gone(&e) => {}
-                Err(e) => return Err(explain(e, &format!("deleting {kind}/{SHARED} in {namespace}"))),
-            }
-        }
+        said_deleted(
+            binding.delete(SHARED, &params).await.map(|_| ()),
+            &format!("rolebinding/{SHARED} in {namespace}"),
+        )?;
+        said_deleted(
+            account.delete(SHARED, &params).await.map(|_| ()),
+            &format!("serviceaccount/{SHARED} in {namespace}"),
+        )?;
     }
     Ok(())
 }

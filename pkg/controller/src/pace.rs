@@ -103,10 +103,16 @@ impl Bucket {
 
     /// Takes a token, or says when one will be there.
     pub fn take(&self) -> Result<(), Duration> {
+        self.take_at(Instant::now())
+    }
+
+    /// As [`Bucket::take`], at `now`.
+    fn take_at(&self, now: Instant) -> Result<(), Duration> {
         let mut state = self.state.lock().expect("bucket lock");
         let (tokens, refilled) = &mut *state;
-        *tokens = (*tokens + refilled.elapsed().as_secs_f64() * self.per_second).min(self.per_second);
-        *refilled = Instant::now();
+        let elapsed = now.saturating_duration_since(*refilled).as_secs_f64();
+        *tokens = (*tokens + elapsed * self.per_second).min(self.per_second);
+        *refilled = now.max(*refilled);
         if *tokens >= 1.0 {
             *tokens -= 1.0;
             Ok(())
@@ -179,14 +185,16 @@ mod tests {
     }
 
     #[test]
-    fn count_only_writes_share_a_budget() {
-        let pacer = Pacer::new(PERIOD, 2.0);
-        assert_eq!(pacer.take_budget(), Ok(()));
-        assert_eq!(pacer.take_budget(), Ok(()));
-        let wait = pacer.take_budget().unwrap_err();
-        assert!(wait > Duration::from_millis(400) && wait <= Duration::from_millis(500), "{wait:?}");
-        std::thread::sleep(Duration::from_millis(520));
-        assert_eq!(pacer.take_budget(), Ok(()), "refilled at its rate");
+    fn a_bucket_gives_its_rate_and_says_when_the_next_token_comes() {
+        let bucket = Bucket::new(2.0);
+        let start = bucket.state.lock().unwrap().1;
+        assert_eq!(bucket.take_at(start), Ok(()));
+        assert_eq!(bucket.take_at(start), Ok(()), "a burst of its rate");
+        assert_eq!(bucket.take_at(start), Err(Duration::from_millis(500)));
+        let later = start + Duration::from_millis(500);
+        assert_eq!(bucket.take_at(later), Ok(()), "refilled at its rate");
+        assert_eq!(bucket.take_at(later), Err(Duration::from_millis(500)));
+        assert_eq!(Bucket::new(0.0).take_at(Instant::now()), Ok(()), "at least one a second");
     }
 
     #[test]
