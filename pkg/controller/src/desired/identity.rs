@@ -34,12 +34,11 @@ pub fn uses_shared(job: &DIJob, identity: Identity) -> bool {
     identity == Identity::Policy && coordinator_service_account(job).is_none()
 }
 
-/// The ServiceAccount `job`'s coordinator runs as.
-pub fn coordinator_account(job: &DIJob, identity: Identity) -> String {
-    match coordinator_service_account(job) {
-        Some(own) => own,
-        None if identity == Identity::Policy => SHARED.into(),
-        None => names::replicas_identity(&kube::ResourceExt::name_any(job)),
+/// The ServiceAccount the coordinator of job `job` runs as when its template names none.
+pub fn default_account(job: &str, identity: Identity) -> String {
+    match identity {
+        Identity::Policy => SHARED.into(),
+        Identity::PerJob => names::replicas_identity(job),
     }
 }
 

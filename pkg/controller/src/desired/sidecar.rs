@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::identity::{Identity, SHARED};
+use super::identity::default_account;
 use super::{BuildError, Builder, Replica, container_port, inject_env, service_port};
 
 /// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
@@ -45,10 +45,7 @@ impl Builder<'_> {
         // A template's own account is kept (and bound by `rbac`); otherwise the namespace's
         // shared one or the job's (`identity`).
         if spec.service_account_name.as_deref().is_none_or(str::is_empty) {
-            spec.service_account_name = Some(match self.settings.identity {
-                Identity::Policy => SHARED.into(),
-                Identity::PerJob => names::replicas_identity(&self.job),
-            });
+            spec.service_account_name = Some(default_account(&self.job, self.settings.identity));
         }
         // A native sidecar (an init container that keeps running, Kubernetes 1.29+): it answers
         // before the coordinator starts, and once the coordinator's own container exits the pod
