@@ -26,8 +26,10 @@ pub fn config(surface: &str) -> ProptestConfig {
     }
 }
 
+/// Read when run, not compiled in: clones share one build target, which cargo does not rebuild
+/// for a moved clone, so a compiled-in path may name another clone.
 pub fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../..")
 }
 
 /// The seed inputs of a surface, `fuzz/corpus/<surface>/`, as (file name, bytes) in name order.

@@ -100,7 +100,7 @@ fn cluster_markdown(c: &cluster::ClusterReport) -> String {
 
 /// Where the report (and the orchestrator's log, for looking into a figure) is written.
 pub fn out_dir() -> anyhow::Result<PathBuf> {
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    let out = di_e2e::binaries::repo_root().join("target/bench");
     std::fs::create_dir_all(&out)?;
     Ok(out)
 }

@@ -62,8 +62,7 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 
 /// A validation review of the CartPole example, as the API server would send it.
 fn review() -> anyhow::Result<Vec<u8>> {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples/cartpole-dqn.yaml"))?;
+    let text = std::fs::read_to_string(di_e2e::binaries::repo_root().join("manifests/examples/cartpole-dqn.yaml"))?;
     let object =
         di_api::manifest::yaml_documents(&text)?.into_iter().next().ok_or_else(|| anyhow::anyhow!("empty example"))?;
     Ok(serde_json::to_vec(&serde_json::json!({

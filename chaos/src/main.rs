@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<ExitCode> {
 
 /// Where the report and the orchestrators' logs go.
 pub fn out_dir() -> anyhow::Result<PathBuf> {
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/chaos");
+    let out = di_e2e::binaries::repo_root().join("target/chaos");
     std::fs::create_dir_all(&out)?;
     Ok(out.canonicalize()?)
 }

@@ -148,7 +148,10 @@ mod tests {
 
     #[test]
     fn client_side_checks_name_the_field() {
-        let path = format!("{}/../../manifests/examples/invalid.yaml", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/../../manifests/examples/invalid.yaml",
+            std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")
+        );
         let err = format!("{:#}", manifest::read(&std::fs::read(path).unwrap()).unwrap_err());
         assert!(
             err.starts_with("DIJob invalid-job is invalid: spec.cleanPodPolicy: Unsupported value \"Sometimes\""),

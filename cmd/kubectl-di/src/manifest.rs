@@ -190,7 +190,10 @@ mod tests {
     #[test]
     fn the_examples_are_read() {
         for file in ["cartpole-dqn.yaml", "multi-gpu-learner.yaml", "demo.yaml"] {
-            let path = format!("{}/../../manifests/examples/{file}", env!("CARGO_MANIFEST_DIR"));
+            let path = format!(
+                "{}/../../manifests/examples/{file}",
+                std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")
+            );
             let objects = read(&std::fs::read(path).unwrap()).unwrap();
             assert!(!objects.is_empty(), "{file}");
         }

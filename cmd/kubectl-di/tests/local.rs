@@ -317,7 +317,7 @@ fn kubectl_di_replicas_scales_the_local_run() {
 }
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/examples").join(name)
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../../manifests/examples").join(name)
 }
 
 #[test]

@@ -46,8 +46,11 @@ async fn answer(path: &str, review: Value) -> Value {
 }
 
 fn example(name: &str, kind: &str) -> Value {
-    let text =
-        std::fs::read_to_string(format!("{}/../../manifests/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/../../manifests/examples/{name}",
+        std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")
+    ))
+    .unwrap();
     di_api::manifest::yaml_documents(&text).unwrap().into_iter().find(|d| d["kind"] == kind).unwrap()
 }
 

@@ -36,9 +36,21 @@ pub struct Binaries {
 #[derive(Debug)]
 pub struct Unavailable(pub String);
 
-/// The repository's root (this crate lives in `tests/e2e`).
+/// The repository's root, found when run, never compiled in: clones share one build target (CI's
+/// cache), and cargo does not rebuild a crate because its clone moved, so a compiled-in path can
+/// name another clone, or one long gone. Cargo names the crate being tested or run in
+/// `CARGO_MANIFEST_DIR`; a binary make runs starts in the root itself.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root exists")
+    let starts = [std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from), std::env::current_dir().ok()];
+    starts
+        .into_iter()
+        .flatten()
+        .find_map(|start| start.ancestors().find(|dir| is_root(dir)).map(Path::to_path_buf))
+        .expect("run inside the repository (make and cargo do): no directory above holds Cargo.lock and .ci/run")
+}
+
+fn is_root(dir: &Path) -> bool {
+    dir.join("Cargo.lock").is_file() && dir.join(".ci/run").is_file()
 }
 
 /// Where built binaries are kept, per version: outside the clone (`$DI_CACHE_DIR`, else

@@ -5,8 +5,10 @@ use std::path::PathBuf;
 
 use di_api::DIJob;
 
+/// Read when run, not compiled in: clones share one build target, which cargo does not rebuild
+/// for a moved clone, so a compiled-in path may name another clone.
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("../..")
 }
 
 /// Every document of a file under `manifests/examples/`, as raw JSON.
