@@ -103,6 +103,11 @@ const STOPPING: Duration = Duration::from_millis(100);
 pub struct SimulatedNodes {
     client: Client,
     task: JoinHandle<()>,
+    /// UIDs of the pods this node started: each is started once, as a kubelet does. The watch
+    /// reports the pod again after its binding and after its status, and those reports can
+    /// arrive before the status write returns; starting it again would double the API server's
+    /// work for every pod, and more so the slower the API server answers.
+    started: Mutex<HashSet<String>>,
     /// UIDs of the pods this node removed itself, after their containers stopped.
     stopped: Mutex<HashSet<String>>,
     /// Names of running pods removed by someone else's forced delete.
@@ -134,7 +139,13 @@ impl SimulatedNodes {
                     })
                     .await;
             });
-            SimulatedNodes { client, task, stopped: Mutex::default(), force_deleted: Mutex::default() }
+            SimulatedNodes {
+                client,
+                task,
+                started: Mutex::default(),
+                stopped: Mutex::default(),
+                force_deleted: Mutex::default(),
+            }
         })
     }
 
@@ -148,10 +159,17 @@ impl SimulatedNodes {
                 self.stop(pods, &pod).await;
             }
         } else if phase.is_none_or(|p| p == "Pending") {
+            let uid = pod.uid().unwrap_or_default();
+            if !self.started.lock().unwrap().insert(uid.clone()) {
+                return;
+            }
             if !bound {
                 let _ = bind(pods, &pod).await;
             }
-            let _ = set_status(pods, &pod, running_status(&pod)).await;
+            if set_status(pods, &pod, running_status(&pod)).await.is_err() {
+                // The pod's next report tries again.
+                self.started.lock().unwrap().remove(&uid);
+            }
         }
     }
 
@@ -172,6 +190,7 @@ impl SimulatedNodes {
 
     /// A pod is gone: if its containers were still running, someone forced it.
     fn removed(&self, pod: &Pod) {
+        self.started.lock().unwrap().remove(&pod.uid().unwrap_or_default());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE);
         let stopped = self.stopped.lock().unwrap().contains(&pod.uid().unwrap_or_default());
