@@ -85,8 +85,9 @@ struct ServeArgs {
     /// seconds; phases, conditions, failures and a job reaching its replicas are written at once.
     #[arg(long, default_value_t = 1.0)]
     status_period_seconds: f64,
-    /// Most status writes per second, all jobs together, that change only pod counts (progress
-    /// while jobs start); the rest wait their turn. Phases, conditions and failures never wait.
+    /// Most status writes per second, all jobs together, of progress (pod counts, and a job's way
+    /// up: Created, Pending, Starting), and none while pods or Services are being created; the
+    /// rest wait their turn. Running, failures, conditions and the end never wait.
     #[arg(long, default_value_t = 5.0)]
     status_writes_per_second: f64,
     /// Most events sent per second; the rest queue behind (events never hold up a pass).

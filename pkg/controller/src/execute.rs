@@ -41,6 +41,8 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
         (rbac.is_some() || shared) && matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator)
     });
     let uid = job.uid().unwrap_or_default();
+    let creates = actions.iter().any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)));
+    let _creating = creates.then(|| ctx.pacer.creating());
     if let Some(rbac) = rbac {
         let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
         create_owned(&accounts, &rbac.service_account, &uid).await?;

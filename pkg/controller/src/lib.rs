@@ -18,4 +18,5 @@ pub mod restarts;
 pub mod status;
 pub mod tasks;
 pub mod timing;
+pub mod triggers;
 pub mod view;

@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
 use crate::restarts::Marks;
+use crate::triggers::PodChanges;
 use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Field manager of everything the reconciler writes.
@@ -97,6 +98,10 @@ pub async fn run(
         .inspect({
             let index = pod_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
+        })
+        .filter({
+            let mut changes = PodChanges::default();
+            move |event| std::future::ready(event.as_ref().map_or(true, |e| changes.matter(e)))
         })
         .touched_objects();
     let (services, service_writer) = reflector::store();
