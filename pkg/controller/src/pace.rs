@@ -8,7 +8,9 @@
 //! starting at once would otherwise spend on progress the API server time their pods' creates
 //! need (measured with `make bench`), so no progress is written while any pass creates pods or
 //! Services. When the API server keeps up, the budget is there and progress is written at once
-//! too. The pass that would write sooner asks to be run again when due.
+//! too. The period also runs from the pass that created a job's pods, so a job that runs
+//! within it has one status write. The pass that would write sooner asks to be run again when
+//! due.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -132,6 +134,12 @@ impl Pacer {
     pub fn since_last(&self, uid: &str) -> Option<Duration> {
         let written = self.written.lock().expect("pacer lock");
         written.get(uid).map(Instant::elapsed).filter(|since| *since < self.period)
+    }
+
+    /// The job's pods were just created: its progress waits a period from now, as after a
+    /// write, so a job that runs within the period has its status written once.
+    pub fn created(&self, uid: &str) {
+        self.wrote(uid);
     }
 
     pub fn wrote(&self, uid: &str) {

@@ -130,11 +130,17 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         let deferred = record_status(ctx, &job, &plan.status).await?;
         execute(ctx, &job, &plan.actions).await?;
         deferred
-    } else if execute(ctx, &job, &plan.actions).await? || cache_behind {
-        // Should the pods' events be lost, the status still follows soon.
-        Some(ctx.pacer.period.max(Duration::from_secs(1)))
     } else {
-        record_status(ctx, &job, &plan.status).await?
+        let created = execute(ctx, &job, &plan.actions).await?;
+        if created {
+            ctx.pacer.created(&uid);
+        }
+        if created || cache_behind {
+            // Should the pods' events be lost, the status still follows soon.
+            Some(ctx.pacer.period.max(Duration::from_secs(1)))
+        } else {
+            record_status(ctx, &job, &plan.status).await?
+        }
     };
     // A periodic look catches what no watch event reports (time passing, a lost event).
     let next = [plan.requeue_after, deferred].into_iter().flatten().min();
