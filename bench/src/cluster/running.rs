@@ -24,7 +24,8 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
         for run in 0..runs {
             let (server, scrape) = (bench.server_cpu()?, bench.metrics().await?);
-            ours.push(bench.time_to_running(&format!("r{m}x{n}-{run}"), m, n).await?);
+            let prefix = format!("r{m}x{n}-{run}");
+            ours.push(bench.until_running(&prefix, m, n).await?);
             if let Some(started) = profile.take() {
                 let summary = match started {
                     Ok(p) => p.finish(15).await,
@@ -34,6 +35,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
             }
             server_ours += bench.server_cpu()? - server;
             spent.add(&bench.metrics().await?.since(&scrape));
+            bench.objects_complete(&prefix, m * (n + 1)).await?;
             let server = bench.server_cpu()?;
             base.push(bench.baseline(&format!("b{m}x{n}-{run}"), m, n).await?);
             server_base += bench.server_cpu()? - server;
