@@ -34,8 +34,10 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
                 profiles.push((format!("{m} job(s) x {n} collectors"), summary));
             }
             server_ours += bench.server_cpu()? - server;
-            spent.add(&bench.metrics().await?.since(&scrape));
+            // The status write the bench just saw may not be counted yet: the orchestrator's
+            // figures are read once the run's objects are checked.
             bench.objects_complete(&prefix, m * (n + 1)).await?;
+            spent.add(&bench.metrics().await?.since(&scrape));
             let server = bench.server_cpu()?;
             base.push(bench.baseline(&format!("b{m}x{n}-{run}"), m, n).await?);
             server_base += bench.server_cpu()? - server;
