@@ -81,8 +81,9 @@ struct ServeArgs {
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     restart_backoff_seconds: f64,
-    /// Least time between two status writes of a job that change only its pod counts, in
-    /// seconds; phases, conditions, failures and a job reaching its replicas are written at once.
+    /// Least time between two progress writes of a job's status (pod counts, and its way up), in
+    /// seconds, also counted from the pass that created its pods; failures, conditions, the end
+    /// and a job running with every replica ready are written at once.
     #[arg(long, default_value_t = 1.0)]
     status_period_seconds: f64,
     /// Most status writes per second, all jobs together, of progress (pod counts, and a job's way

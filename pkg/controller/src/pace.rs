@@ -4,13 +4,12 @@
 //! a new condition, a replica that ended, a new spec) is written at once. Progress is written at
 //! most once per period per job, and within a budget shared by all jobs: a change of counts, and
 //! a job's way up (its first status, Created, Pending, Starting, and a role job's Running while
-//! its coordinator runs but not every replica is ready yet). A hundred jobs
-//! starting at once would otherwise spend on progress the API server time their pods' creates
-//! need (measured with `make bench`), so no progress is written while any pass creates pods or
-//! Services. When the API server keeps up, the budget is there and progress is written at once
-//! too. The period also runs from the pass that created a job's pods, so a job that runs
-//! within it has one status write. The pass that would write sooner asks to be run again when
-//! due.
+//! its coordinator runs but not every replica is ready yet). A hundred jobs starting at once
+//! would otherwise spend on progress the API server time their pods' creates need (measured with
+//! `make bench`), so no progress is written while any pass creates pods or Services. When the
+//! API server keeps up, the budget is there and progress is written at once too. The period also
+//! runs from the pass that created a job's pods, so a job that runs within it has one status
+//! write. The pass that would write sooner asks to be run again when due.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,9 +23,9 @@ pub enum Write {
     /// Nothing changed.
     Unchanged,
     Now,
-    /// Only counts changed, and the job's period is over: write if the shared budget allows.
-    Counts,
-    /// Only counts changed, and the last write was recent: write when this has passed.
+    /// Only progress changed, and the job's period is over: write if the shared budget allows.
+    Progress,
+    /// Only progress changed, and the job's period is not over: write when this has passed.
     After(Duration),
 }
 
@@ -52,15 +51,15 @@ pub fn decide(old: Option<&DIJobStatus>, new: &DIJobStatus, since_last: Option<D
     match since_last {
         _ if significant => Write::Now,
         Some(since) if since < period => Write::After(period - since),
-        _ => Write::Counts,
+        _ => Write::Progress,
     }
 }
 
-/// The conditions that are not a phase's: a phase's condition changes with the phase, which is
-/// judged by itself.
+/// The conditions that are not a phase's (a phase's condition is named by its phase, and changes
+/// with it, which is judged by itself).
 fn other_conditions(s: &DIJobStatus) -> Vec<&DIJobCondition> {
-    const PHASES: [&str; 7] = ["Pending", "Starting", "Restarting", "Created", "Running", "Succeeded", "Failed"];
-    s.conditions.iter().filter(|c| !PHASES.contains(&c.type_.as_str())).collect()
+    let names_a_phase = |c: &&DIJobCondition| serde_json::from_value::<Phase>(c.type_.as_str().into()).is_ok();
+    s.conditions.iter().filter(|c| !names_a_phase(c)).collect()
 }
 
 /// A job on its way up: no status yet, submitted, its pods being made or starting, or running
@@ -87,7 +86,7 @@ fn at_desired(status: &DIJobStatus) -> bool {
 pub struct Pacer {
     pub period: Duration,
     written: Mutex<HashMap<String, Instant>>,
-    /// Count-only writes, all jobs together.
+    /// Progress writes, all jobs together.
     budget: Bucket,
     /// Passes creating pods or Services now, all jobs together: while any is, progress waits
     /// for the creates to be over (a DIJob's status write costs the API server twice a pod's
@@ -105,7 +104,7 @@ impl Drop for Creating<'_> {
 }
 
 impl Pacer {
-    /// `per_second`: count-only writes per second, all jobs together (at least one).
+    /// `per_second`: progress writes per second, all jobs together (at least one).
     pub fn new(period: Duration, per_second: f64) -> Self {
         Pacer {
             period,
@@ -209,8 +208,8 @@ mod tests {
         let old = status(Phase::Running, "3/10", 0);
         let new = status(Phase::Running, "4/10", 0);
         assert_eq!(decide(Some(&old), &new, RECENT, PERIOD), Write::After(Duration::from_millis(800)));
-        assert_eq!(decide(Some(&old), &new, None, PERIOD), Write::Counts, "no recent write");
-        assert_eq!(decide(Some(&old), &new, Some(PERIOD), PERIOD), Write::Counts, "period over");
+        assert_eq!(decide(Some(&old), &new, None, PERIOD), Write::Progress, "no recent write");
+        assert_eq!(decide(Some(&old), &new, Some(PERIOD), PERIOD), Write::Progress, "period over");
         assert_eq!(decide(Some(&new), &new, RECENT, PERIOD), Write::Unchanged);
     }
 
@@ -247,7 +246,7 @@ mod tests {
             s.conditions.push(DIJobCondition { type_: "Created".into(), status: "True".into(), ..Default::default() });
             s
         };
-        assert_eq!(decide(None, &created("0/10"), None, PERIOD), Write::Counts, "first status");
+        assert_eq!(decide(None, &created("0/10"), None, PERIOD), Write::Progress, "first status");
         let mut pending = created("0/10");
         pending.phase = Some(Phase::Pending);
         let mut starting = created("4/10");
@@ -260,7 +259,11 @@ mod tests {
             status: "True".into(),
             ..Default::default()
         });
-        assert_eq!(decide(Some(&created("3/10")), &coordinator_up, None, PERIOD), Write::Counts, "collectors starting");
+        assert_eq!(
+            decide(Some(&created("3/10")), &coordinator_up, None, PERIOD),
+            Write::Progress,
+            "collectors starting"
+        );
         let mut suspended = created("0/10");
         suspended.conditions.push(DIJobCondition {
             type_: "Suspended".into(),

@@ -154,7 +154,7 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
     match pace::decide(job.status.as_ref(), status, ctx.pacer.since_last(&uid), ctx.pacer.period) {
         Write::Unchanged => return Ok(None),
         Write::After(due) => return Ok(Some(due)),
-        Write::Counts => {
+        Write::Progress => {
             if let Err(due) = ctx.pacer.take_budget() {
                 return Ok(Some(due));
             }

@@ -62,9 +62,9 @@ pub struct Options {
     pub concurrency: u16,
     /// Only this namespace's jobs, pods and services; `None` for the whole cluster.
     pub namespace: Option<String>,
-    /// Least time between two status writes of a job that change only its counts.
+    /// Least time between two progress writes of a job's status (see `pace`).
     pub status_period: Duration,
-    /// Most status writes per second that change only counts, all jobs together.
+    /// Most progress writes of status per second, all jobs together (see `pace`).
     pub status_writes_per_second: f64,
     /// Most events sent per second.
     pub events_per_second: f64,
