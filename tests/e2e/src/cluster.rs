@@ -119,3 +119,13 @@ pub async fn within<T>(timeout: Duration, what: &str, future: impl Future<Output
         .await
         .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
 }
+
+/// What `kubectl args` printed on the suite's cluster, or why it printed nothing. Blocking, for
+/// `Drop` and failure messages, where no runtime can be awaited.
+pub fn kubectl(args: &[&str]) -> String {
+    let kubeconfig = std::env::var("DI_E2E_KUBECONFIG").unwrap_or_default();
+    match std::process::Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(args).output() {
+        Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("kubectl {}: {e}", args.join(" ")),
+    }
+}

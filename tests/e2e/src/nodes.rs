@@ -32,11 +32,14 @@ pub enum Nodes {
 /// builds and loads (no registry is asked for it).
 pub const REAL_IMAGE: &str = "di-e2e/busybox:1.35";
 
-/// A real container's command: wait for the exit code a test writes, then exit with it. A shell
-/// that is PID 1 ignores SIGTERM unless it traps it; without the trap every delete would wait out
-/// the grace period.
+/// A real container's command: wait for the exit code a test writes, then exit with it. The
+/// wait is a read of a FIFO, which costs nothing while it lasts (a poll would start a process
+/// per container several times a second, and a whole suite's pods share one node's cores); a
+/// code written before the FIFO exists lands in a plain file, which reads at once. A shell that
+/// is PID 1 ignores SIGTERM unless it traps it, and it runs a trap only between commands or
+/// during `wait`: hence the reader in the background.
 pub const WAIT_FOR_EXIT: &str =
-    "trap 'exit 143' TERM; until [ -f /tmp/exit-code ]; do sleep 0.2; done; exit $(cat /tmp/exit-code)";
+    "trap 'exit 143' TERM; mkfifo /tmp/exit-code; cat /tmp/exit-code >/tmp/code & wait $!; exit $(cat /tmp/code)";
 
 impl Nodes {
     /// The nodes of the cluster under test, for one namespace.
@@ -51,6 +54,17 @@ impl Nodes {
             Nodes::Real(_) => {
                 json!({"name": "di-container", "image": REAL_IMAGE, "command": ["sh", "-c", WAIT_FOR_EXIT]})
             }
+        }
+    }
+
+    /// A replica's pod spec around [`Nodes::container`]. On real nodes its grace period is short:
+    /// a pod deleted while its container starts gets SIGTERM before the shell, PID 1, has set its
+    /// trap, and PID 1 ignores a signal it does not handle, so the kubelet would wait out the
+    /// default 30 s before it kills the container.
+    pub fn pod_spec(&self) -> serde_json::Value {
+        match self {
+            Nodes::Simulated(_) => json!({"containers": [self.container()]}),
+            Nodes::Real(_) => json!({"containers": [self.container()], "terminationGracePeriodSeconds": 2}),
         }
     }
 

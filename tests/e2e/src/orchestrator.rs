@@ -12,14 +12,14 @@ use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
 use crate::binaries::repo_root;
-use crate::cluster::TestCluster;
+use crate::cluster::{TestCluster, kubectl};
 use crate::controlplane::RUN_MARKER;
 
 /// The orchestrator a scenario runs against: a local process that reconciles one namespace on the
 /// local control plane, or on kind the one deployed by the install manifests.
 pub enum Orchestrator {
     Local(Box<LocalOrchestrator>),
-    Deployed(Client),
+    Deployed { client: Client, namespace: String },
 }
 
 pub struct LocalOrchestrator {
@@ -50,7 +50,7 @@ impl Orchestrator {
     /// and a local process started.
     pub async fn start(cluster: &TestCluster, namespace: &str, args: &[&str]) -> Orchestrator {
         if crate::nodes::real_nodes() {
-            return Orchestrator::Deployed(cluster.client.clone());
+            return Orchestrator::Deployed { client: cluster.client.clone(), namespace: namespace.into() };
         }
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         Orchestrator::Local(Box::new(LocalOrchestrator::start_with(cluster, namespace, "", &args).await))
@@ -60,10 +60,10 @@ impl Orchestrator {
     pub async fn kill(&mut self) {
         match self {
             Orchestrator::Local(local) => local.kill().await,
-            Orchestrator::Deployed(client) => {
+            Orchestrator::Deployed { client, .. } => {
                 let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "di-system");
                 let params = kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-                let selector = kube::api::ListParams::default().labels("app.kubernetes.io/name=di-orchestrator");
+                let selector = kube::api::ListParams::default().labels(DEPLOYED);
                 pods.delete_collection(&params, &selector).await.expect("deleting the orchestrator's pods");
             }
         }
@@ -74,20 +74,26 @@ impl Orchestrator {
     pub async fn restart(&mut self) {
         match self {
             Orchestrator::Local(local) => local.restart(),
-            Orchestrator::Deployed(client) => webhook_settled(client).await,
+            Orchestrator::Deployed { client, .. } => webhook_settled(client).await,
         }
     }
 
-    /// What it logged, for failure messages.
+    /// What it logged, for failure messages. The deployed one serves every namespace: its lines
+    /// about this scenario's, then the namespace's events, which tell what the kubelet did.
     pub fn log(&self) -> String {
         match self {
             Orchestrator::Local(local) => local.log(),
-            Orchestrator::Deployed(_) => {
-                "see kubectl logs -n di-system -l app.kubernetes.io/name=di-orchestrator".into()
+            Orchestrator::Deployed { namespace, .. } => {
+                let logs = kubectl(&["logs", "-n", "di-system", "-l", DEPLOYED, "--tail=-1", "--prefix"]);
+                let ours: Vec<&str> = logs.lines().filter(|l| l.contains(namespace.as_str())).collect();
+                let events = kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"]);
+                format!("{}\nevents in {namespace}:\n{events}", ours.join("\n"))
             }
         }
     }
 }
+
+const DEPLOYED: &str = "app.kubernetes.io/name=di-orchestrator";
 
 /// Waits until the deployed orchestrator's webhook answers steadily, as `kubectl di install`
 /// does (`di_client::wait::until_webhook_settled`).

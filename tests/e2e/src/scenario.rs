@@ -11,7 +11,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::cluster::{TestCluster, connect, within};
+use crate::cluster::{TestCluster, connect, kubectl, within};
 use crate::nodes::Nodes;
 use crate::orchestrator::Orchestrator;
 
@@ -53,7 +53,7 @@ impl Scenario {
     }
 
     pub async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
-        let pod = json!({"containers": [self.nodes.container()]});
+        let pod = self.nodes.pod_spec();
         let mut job = json!({
             "apiVersion": "diengine.opendilab.org/v1alpha1",
             "kind": "DIJob",
@@ -96,12 +96,17 @@ impl Drop for Scenario {
         if std::thread::panicking() {
             // The failure's story is in the orchestrator's log: its last lines go with it.
             let log = self.orchestrator.log();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = log.lines().rev().take(150).collect();
             eprintln!("orchestrator log, last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
             return;
         }
         let forced = self.nodes.force_deleted();
         assert!(forced.is_empty(), "running pods were force-deleted: {forced:?}");
+        // A whole suite shares one real node: its pod limit (110) and its cores. A scenario that
+        // passed takes its pods with it; a failed one stays for kubectl to look at.
+        if crate::nodes::real_nodes() {
+            kubectl(&["delete", "namespace", &self.ns, "--wait=false"]);
+        }
     }
 }
 

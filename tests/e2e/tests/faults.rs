@@ -90,7 +90,7 @@ async fn waiting_for_its_config() {
     let config = json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "AggregatorConfig",
         "metadata": {"name": "agg"},
-        "spec": {"aggregator": {"template": {"spec": {"containers": [s.nodes.container()]}}}},
+        "spec": {"aggregator": {"template": {"spec": s.nodes.pod_spec()}}},
     });
     configs.create(&PostParams::default(), &serde_json::from_value(config).unwrap()).await.unwrap();
     // Without a watch on AggregatorConfigs the job would look again only at its periodic

@@ -26,7 +26,7 @@ fn env_of(pod: &Pod) -> BTreeMap<String, String> {
 
 /// A task job as a 1.x user writes it, submitted under `v2alpha1`.
 async fn submit_v2(s: &Scenario, name: &str, collectors: i32, extra: Value) {
-    let template = json!({"spec": {"containers": [s.nodes.container()]}});
+    let template = json!({"spec": s.nodes.pod_spec()});
     let mut job = json!({
         "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
         "metadata": {"name": name},
@@ -182,9 +182,9 @@ async fn a_task_job_restarts_whole_scales_succeeds_and_is_cleaned_up() {
 
     // Scaling a task rebuilds every pod with the new peer list.
     let patch = json!({"spec": {"tasks": [
-        {"type": "learner", "template": {"spec": {"containers": [s.nodes.container()]}}},
-        {"type": "evaluator", "template": {"spec": {"containers": [s.nodes.container()]}}},
-        {"type": "collector", "replicas": 3, "template": {"spec": {"containers": [s.nodes.container()]}}},
+        {"type": "learner", "template": {"spec": s.nodes.pod_spec()}},
+        {"type": "evaluator", "template": {"spec": s.nodes.pod_spec()}},
+        {"type": "collector", "replicas": 3, "template": {"spec": s.nodes.pod_spec()}},
     ]}});
     s.jobs.patch("sync", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("scaling accepted");
     let expected = names("sync", &["learner-0", "evaluator-0", "collector-0", "collector-1", "collector-2"]);
