@@ -5,7 +5,7 @@
 //! and `make e2e`), never against whatever `KUBECONFIG` happens to point at.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -79,18 +79,27 @@ impl TestCluster {
 
     /// Runs `kubectl` against the cluster under test; `None` (after saying so) when there is none.
     pub fn kubectl(&self, args: &[&str]) -> Option<std::process::Output> {
-        let output = std::process::Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .current_dir(repo_root())
-            .output();
-        match output {
+        match run_kubectl(&self.kubeconfig, args) {
             Ok(o) => Some(o),
             Err(e) => {
                 skip(&format!("kubectl cannot be run ({e})"));
                 None
             }
         }
+    }
+}
+
+/// `kubectl args` against the cluster `kubeconfig` names, from the repository root.
+fn run_kubectl(kubeconfig: &Path, args: &[&str]) -> std::io::Result<std::process::Output> {
+    std::process::Command::new("kubectl").args(args).env("KUBECONFIG", kubeconfig).current_dir(repo_root()).output()
+}
+
+/// What `kubectl args` printed, or why it printed nothing; it never skips or panics. Blocking, for
+/// `Drop` and failure messages, where no runtime can be awaited.
+pub fn kubectl_said(kubeconfig: &Path, args: &[&str]) -> String {
+    match run_kubectl(kubeconfig, args) {
+        Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        Err(e) => format!("kubectl {}: {e}", args.join(" ")),
     }
 }
 
@@ -118,14 +127,4 @@ pub async fn within<T>(timeout: Duration, what: &str, future: impl Future<Output
     tokio::time::timeout(timeout, future)
         .await
         .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// What `kubectl args` printed on the suite's cluster, or why it printed nothing. Blocking, for
-/// `Drop` and failure messages, where no runtime can be awaited.
-pub fn kubectl(args: &[&str]) -> String {
-    let kubeconfig = std::env::var("DI_E2E_KUBECONFIG").unwrap_or_default();
-    match std::process::Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(args).output() {
-        Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-        Err(e) => format!("kubectl {}: {e}", args.join(" ")),
-    }
 }

@@ -12,14 +12,14 @@ use kube::{Api, Client};
 use tokio::process::{Child, Command};
 
 use crate::binaries::repo_root;
-use crate::cluster::{TestCluster, kubectl};
+use crate::cluster::{TestCluster, kubectl_said};
 use crate::controlplane::RUN_MARKER;
 
 /// The orchestrator a scenario runs against: a local process that reconciles one namespace on the
 /// local control plane, or on kind the one deployed by the install manifests.
 pub enum Orchestrator {
     Local(Box<LocalOrchestrator>),
-    Deployed { client: Client, namespace: String },
+    Deployed { client: Client, kubeconfig: PathBuf, namespace: String },
 }
 
 pub struct LocalOrchestrator {
@@ -50,7 +50,8 @@ impl Orchestrator {
     /// and a local process started.
     pub async fn start(cluster: &TestCluster, namespace: &str, args: &[&str]) -> Orchestrator {
         if crate::nodes::real_nodes() {
-            return Orchestrator::Deployed { client: cluster.client.clone(), namespace: namespace.into() };
+            let (client, kubeconfig) = (cluster.client.clone(), cluster.kubeconfig.clone());
+            return Orchestrator::Deployed { client, kubeconfig, namespace: namespace.into() };
         }
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         Orchestrator::Local(Box::new(LocalOrchestrator::start_with(cluster, namespace, "", &args).await))
@@ -83,10 +84,11 @@ impl Orchestrator {
     pub fn log(&self) -> String {
         match self {
             Orchestrator::Local(local) => local.log(),
-            Orchestrator::Deployed { namespace, .. } => {
-                let logs = kubectl(&["logs", "-n", "di-system", "-l", DEPLOYED, "--tail=-1", "--prefix"]);
+            Orchestrator::Deployed { kubeconfig, namespace, .. } => {
+                let logs =
+                    kubectl_said(kubeconfig, &["logs", "-n", "di-system", "-l", DEPLOYED, "--tail=-1", "--prefix"]);
                 let ours: Vec<&str> = logs.lines().filter(|l| l.contains(namespace.as_str())).collect();
-                let events = kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"]);
+                let events = kubectl_said(kubeconfig, &["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"]);
                 format!("{}\nevents in {namespace}:\n{events}", ours.join("\n"))
             }
         }

@@ -11,7 +11,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::cluster::{TestCluster, connect, kubectl, within};
+use crate::cluster::{TestCluster, connect, kubectl_said, within};
 use crate::nodes::Nodes;
 use crate::orchestrator::Orchestrator;
 
@@ -105,7 +105,7 @@ impl Drop for Scenario {
         // A whole suite shares one real node: its pod limit (110) and its cores. A scenario that
         // passed takes its pods with it; a failed one stays for kubectl to look at.
         if crate::nodes::real_nodes() {
-            kubectl(&["delete", "namespace", &self.ns, "--wait=false"]);
+            kubectl_said(&self.cluster.kubeconfig, &["delete", "namespace", &self.ns, "--wait=false"]);
         }
     }
 }
