@@ -98,8 +98,8 @@ struct ServeArgs {
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
     /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
-    /// all on one thread: measured on 2 cores, a second worker cost a third more CPU per job in
-    /// waking and parking threads, and starting jobs waits on the API server, not on this
+    /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
+    /// job in waking and parking threads, and starting jobs waits on the API server, not on this
     /// process. Raise it where the orchestrator's CPU is the limit (see the README).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     worker_threads: u16,
