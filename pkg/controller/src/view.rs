@@ -12,9 +12,9 @@ use di_api::tasks::{self, TASK_LABEL};
 use di_api::{DIJob, DIJobStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
 /// A DIJob as cached: its spec kept as the JSON text it arrived as. Typed, a job is about 11 KiB
@@ -76,6 +76,7 @@ const POD_ANNOTATIONS: [&str; 1] = [tasks::annotations::PEERS];
 /// A managed pod: identity, whose it is, how it runs, and (a task pod) which peers it knows.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct PodView {
+    #[serde(deserialize_with = "member_metadata")]
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodViewStatus>,
@@ -110,6 +111,7 @@ pub struct ConditionView {
 /// A managed service: only its metadata is read.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct ServiceView {
+    #[serde(deserialize_with = "member_metadata")]
     pub metadata: ObjectMeta,
     /// Its job label, moved out of `metadata` by `slim`.
     #[serde(skip)]
@@ -245,6 +247,38 @@ impl ServiceView {
     }
 }
 
+/// The metadata of a pod or Service that `slim_metadata` may keep, read straight from the JSON.
+/// Everything else is skipped while parsing, not built and dropped: above all `managedFields`,
+/// larger than the rest of a pod's metadata together, whose parsing was the biggest part of the
+/// orchestrator's CPU while jobs start.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MemberMetadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    deletion_timestamp: Option<Time>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+fn member_metadata<'de, D: Deserializer<'de>>(from: D) -> Result<ObjectMeta, D::Error> {
+    let m = MemberMetadata::deserialize(from)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        deletion_timestamp: m.deletion_timestamp,
+        labels: m.labels,
+        annotations: m.annotations,
+        owner_references: m.owner_references,
+        ..Default::default()
+    })
+}
+
 /// Keeps an object's identity and the named annotations; returns its labels, taken out.
 fn slim_metadata(meta: &mut ObjectMeta, keep_annotations: &[&str]) -> BTreeMap<String, String> {
     let annotations: BTreeMap<String, String> =
@@ -276,6 +310,8 @@ mod tests {
             "metadata": {"name": "job-collector-0", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
                          "labels": {labels::JOB_NAME: "job", labels::REPLICA_TYPE: "collector", labels::REPLICA_INDEX: "0", "team": "rl"},
                          "annotations": {"note": "x"},
+                         "managedFields": [{"manager": "di-orchestrator", "operation": "Update",
+                                            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
                          "ownerReferences": [{"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "name": "job", "uid": "j"}]},
             "spec": {"containers": [{"name": "di-container", "image": "ding"}]},
             "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [
