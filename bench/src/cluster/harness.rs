@@ -111,6 +111,22 @@ impl Bench {
         self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()
     }
 
+    /// Waits (at most five seconds) until the API server and etcd are nearly idle: a quarter of a
+    /// second in which they used at most 30 ms of CPU (idle, they use 0 to 10). So every run starts
+    /// from a quiet cluster rather than from the tail of the run before (a job's events and status
+    /// land after the bench saw it run), and that tail can be charged to the side that caused it.
+    pub async fn settle(&self) -> anyhow::Result<()> {
+        const WINDOW: Duration = Duration::from_millis(250);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let before = self.server_cpu()?;
+            tokio::time::sleep(WINDOW).await;
+            if self.server_cpu()? - before <= 0.03 || Instant::now() >= deadline {
+                return Ok(());
+            }
+        }
+    }
+
     /// The orchestrator's CPU use over `window`, in percent of one core.
     pub async fn cpu_percent(&self, window: Duration) -> anyhow::Result<f64> {
         let before = cpu_seconds(self.pid)?;

@@ -3,6 +3,8 @@
 //! requests each job cost (see `requests`) and, for the larger multi-job scenarios, a CPU profile
 //! of the orchestrator.
 
+use anyhow::Context;
+
 use super::harness::{Bench, median};
 use super::process::cpu_seconds;
 use super::requests::{self, Scrape};
@@ -19,7 +21,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
     // compared: one run of either side varies by a quarter here (2 cores shared by everything),
     // and three runs left one invocation's ratio anywhere from 1.0 to 1.3. So each runs as often
     // as a minute or two allows (a run of 1x10 takes a fifth of a second, of 100x10 fifteen).
-    for (m, n, runs) in [(1, 10, 15), (10, 10, 9), (100, 10, 5), (1, 500, 5)] {
+    for (m, n, runs) in scenarios()? {
         let (mut ours, mut base) = (vec![], vec![]);
         let (mut server_ours, mut server_base, mut orchestrator) = (0.0, 0.0, 0.0);
         let mut spent = Scrape::default();
@@ -27,6 +29,9 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         let profiled = m >= 100;
         let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
         for run in 0..runs {
+            // Each side starts from a quiet cluster and is charged until the cluster is quiet
+            // again (see `settle`).
+            bench.settle().await?;
             let (server, scrape) = (bench.server_cpu()?, bench.metrics().await?);
             let own = cpu_seconds(bench.pid)?;
             let prefix = format!("r{m}x{n}-{run}");
@@ -38,15 +43,18 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
                 };
                 profiles.push((format!("{m} job(s) x {n} collectors"), summary));
             }
-            server_ours += bench.server_cpu()? - server;
-            // The status write the bench just saw may not be counted yet: the orchestrator's
-            // figures are read once the run's objects are checked.
-            bench.objects_complete(&prefix, m * (n + 1)).await?;
-            spent.add(&bench.metrics().await?.since(&scrape));
-            // Up to the baseline's run, so the events and status a job sends after it runs count.
+            // Until the cluster is quiet again, so the events and status a job sends after it
+            // runs count (and its requests are all in the orchestrator's metrics); the check of
+            // its objects lists the namespace, no cost of the orchestrator's, so it comes after.
+            bench.settle().await?;
             orchestrator += cpu_seconds(bench.pid)? - own;
+            server_ours += bench.server_cpu()? - server;
+            spent.add(&bench.metrics().await?.since(&scrape));
+            bench.objects_complete(&prefix, m * (n + 1)).await?;
+            bench.settle().await?;
             let server = bench.server_cpu()?;
             base.push(bench.baseline(&format!("b{m}x{n}-{run}"), m, n).await?);
+            bench.settle().await?;
             server_base += bench.server_cpu()? - server;
         }
         let (spread_ours, spread_base) = (spread(&ours), spread(&base));
@@ -79,6 +87,26 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         waits.push((scenario, spent.request_time()));
     }
     Ok(())
+}
+
+/// Jobs, collectors and runs of each scenario: by default every size the issue names, as many
+/// runs as a minute or two allows; `DI_BENCH_SCENARIOS=1x10:40,1x500:3` measures only those, to
+/// try a change on one size with more runs.
+fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
+    let Ok(list) = std::env::var("DI_BENCH_SCENARIOS") else {
+        return Ok(vec![(1, 10, 15), (10, 10, 9), (100, 10, 5), (1, 500, 5)]);
+    };
+    let parse = |item: &str| -> Option<(usize, usize, usize)> {
+        let (size, runs) = item.split_once(':')?;
+        let (m, n) = size.split_once('x')?;
+        let parsed = (m.parse().ok()?, n.parse().ok()?, runs.parse().ok()?);
+        (parsed.0 > 0 && parsed.2 > 0).then_some(parsed)
+    };
+    list.split(',')
+        .map(|item| {
+            parse(item.trim()).with_context(|| format!("DI_BENCH_SCENARIOS: {item:?} is not JOBSxCOLLECTORS:RUNS"))
+        })
+        .collect()
 }
 
 /// The run-to-run spread, ` (min-max)`, when there was more than one run.
