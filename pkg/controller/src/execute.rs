@@ -203,8 +203,7 @@ fn summary(verb: &str, names: &[String]) -> String {
 
 /// Creates `object`; `Ok(false)` when it already exists, which is success. The API server's answer
 /// (the whole object, managed fields and all) is checked for its status and skipped, not built:
-/// nothing reads it, and building every created pod and Service was a tenth of the orchestrator's
-/// CPU while a job starts.
+/// nothing reads it, and building it cost CPU at every create.
 async fn create<K>(api: &Api<K>, object: &K) -> Result<bool, Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,

@@ -249,8 +249,8 @@ impl ServiceView {
 
 /// The metadata of a pod or Service that `slim_metadata` may keep, read straight from the JSON.
 /// Everything else is skipped while parsing, not built and dropped: above all `managedFields`,
-/// larger than the rest of a pod's metadata together, whose parsing was the biggest part of the
-/// orchestrator's CPU while jobs start.
+/// larger than the rest of a pod's metadata together: parsing metadata was 13 % of the
+/// orchestrator's CPU while jobs started, most of it on managed fields dropped right after.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct MemberMetadata {
