@@ -28,10 +28,10 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         // The largest multi-job scenario's first run is profiled.
         let profiled = m >= 100;
         let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
+        // Each side starts from a quiet cluster and is charged until the cluster is quiet again
+        // (see `settle`): after this, every side's run ends with a settle.
+        bench.settle().await?;
         for run in 0..runs {
-            // Each side starts from a quiet cluster and is charged until the cluster is quiet
-            // again (see `settle`).
-            bench.settle().await?;
             let (server, scrape) = (bench.server_cpu()?, bench.metrics().await?);
             let own = cpu_seconds(bench.pid)?;
             let prefix = format!("r{m}x{n}-{run}");
