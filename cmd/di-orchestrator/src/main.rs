@@ -91,7 +91,8 @@ struct ServeArgs {
     /// rest wait their turn. Running, failures, conditions and the end never wait.
     #[arg(long, default_value_t = 5.0)]
     status_writes_per_second: f64,
-    /// Most events sent per second; the rest queue behind (events never hold up a pass).
+    /// Most events sent per second; the rest queue behind (events never hold up a pass). Normal
+    /// events also wait while pods or Services are being created (at most 30 s); warnings do not.
     #[arg(long, default_value_t = 5.0)]
     events_per_second: f64,
     /// Jobs reconciled at once.

@@ -2,46 +2,142 @@
 //! publishes them through kube-rs's `Recorder` (which aggregates repeats into a series, as
 //! client-go's broadcaster does), at most `per_second` a second. Events inform and never gate: a
 //! hundred jobs starting at once would otherwise spend on events the API server time their pods'
-//! creates need; held back, they follow a moment later. As client-go does, a sender too far
-//! behind (a full queue) drops new events rather than grow without bound, and says so.
+//! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
+//! objects, for at most `HOLD`; a Warning, what a user acts on, waits only for its turn. As
+//! client-go does, a sender too far behind (a full queue) drops new events rather than grow
+//! without bound, and says so.
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tracing::warn;
 
-use crate::pace::Bucket;
+use crate::pace::{Bucket, Creates};
 
-/// Events waiting to be sent, at most.
+/// Events waiting to be sent, at most, of each type.
 const QUEUE: usize = 1000;
 
+/// The longest a Normal event waits for creates to be over.
+const HOLD: Duration = Duration::from_secs(30);
+
+struct Queued {
+    event: Event,
+    reference: ObjectReference,
+    job: String,
+    at: Instant,
+}
+
 pub struct Events {
-    queue: mpsc::Sender<(Event, ObjectReference, String)>,
+    normal: mpsc::Sender<Queued>,
+    warnings: mpsc::Sender<Queued>,
 }
 
 impl Events {
     /// Starts the sender (in the current tokio runtime).
-    pub fn start(recorder: Recorder, per_second: f64) -> Events {
-        let (queue, mut waiting) = mpsc::channel::<(Event, ObjectReference, String)>(QUEUE);
+    pub fn start(recorder: Recorder, per_second: f64, creates: Creates) -> Events {
+        let (normal, mut normal_waiting) = mpsc::channel::<Queued>(QUEUE);
+        let (warnings, mut warnings_waiting) = mpsc::channel::<Queued>(QUEUE);
         let bucket = Bucket::new(per_second);
         tokio::spawn(async move {
-            while let Some((event, reference, job)) = waiting.recv().await {
-                while let Err(wait) = bucket.take() {
-                    tokio::time::sleep(wait).await;
-                }
-                if let Err(e) = recorder.publish(&event, &reference).await {
-                    warn!(%job, "publishing event {}: {e}", event.reason);
-                }
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    Some(warning) = warnings_waiting.recv() => warning,
+                    Some(normal) = normal_waiting.recv() => {
+                        // A warning queued meanwhile is not held up by this one's wait.
+                        let held = tokio::time::timeout_at(normal.at + HOLD, creates.over());
+                        tokio::pin!(held);
+                        loop {
+                            tokio::select! {
+                                biased;
+                                Some(warning) = warnings_waiting.recv() => send(&recorder, &bucket, warning).await,
+                                _ = &mut held => break,
+                            }
+                        }
+                        normal
+                    }
+                    else => return,
+                };
+                send(&recorder, &bucket, next).await;
             }
         });
-        Events { queue }
+        Events { normal, warnings }
     }
 
     /// Queues an event on `reference` (the job `job`).
     pub fn send(&self, event: Event, reference: ObjectReference, job: &str) {
-        if let Err(e) = self.queue.try_send((event, reference, job.to_owned())) {
-            let (event, _, _) = e.into_inner();
-            warn!(%job, "dropped event {}: {QUEUE} events are waiting to be sent", event.reason);
+        let queue = if event.type_ == EventType::Warning { &self.warnings } else { &self.normal };
+        let queued = Queued { event, reference, job: job.to_owned(), at: Instant::now() };
+        if let Err(e) = queue.try_send(queued) {
+            let queued = e.into_inner();
+            warn!(job = %queued.job, "dropped event {}: {QUEUE} events are waiting to be sent", queued.event.reason);
         }
+    }
+}
+
+/// Publishes one event when the bucket has a token.
+async fn send(recorder: &Recorder, bucket: &Bucket, queued: Queued) {
+    while let Err(wait) = bucket.take() {
+        tokio::time::sleep(wait).await;
+    }
+    if let Err(e) = recorder.publish(&queued.event, &queued.reference).await {
+        warn!(job = %queued.job, "publishing event {}: {e}", queued.event.reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::events::Reporter;
+
+    use super::*;
+
+    fn event(type_: EventType, reason: &str) -> Event {
+        Event { type_, reason: reason.into(), note: None, action: "Test".into(), secondary: None }
+    }
+
+    #[tokio::test]
+    async fn normal_events_wait_for_creates_and_warnings_do_not() {
+        let (client, log) = di_testing::client(|_| None);
+        let reporter = Reporter { controller: "test".into(), instance: None };
+        let creates = Creates::default();
+        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone());
+        let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
+        let sent = || {
+            let reasons = log.calls().into_iter().filter(|c| c.path.contains("/events"));
+            reasons.map(|c| c.body["reason"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
+        };
+        let creating = creates.start();
+        events.send(event(EventType::Normal, "Created"), job.clone(), "job");
+        events.send(event(EventType::Warning, "CreatePod"), job.clone(), "job");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(sent(), ["CreatePod"], "the warning passes the held event");
+        drop(creating);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while sent().len() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the held event is sent once creates are over");
+        assert_eq!(sent(), ["CreatePod", "Created"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_event_goes_after_the_hold_even_while_creates_go_on() {
+        let (client, log) = di_testing::client(|_| None);
+        let reporter = Reporter { controller: "test".into(), instance: None };
+        let creates = Creates::default();
+        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone());
+        let _creating = creates.start();
+        let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
+        events.send(event(EventType::Normal, "Created"), job, "job");
+        let sent = || log.calls().into_iter().filter(|c| c.path.contains("/events")).count();
+        tokio::time::sleep(HOLD - Duration::from_secs(1)).await;
+        assert_eq!(sent(), 0);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(sent(), 1);
     }
 }

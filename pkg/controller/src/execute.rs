@@ -42,7 +42,7 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
     });
     let uid = job.uid().unwrap_or_default();
     let creates = actions.iter().any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)));
-    let _creating = creates.then(|| ctx.pacer.creating());
+    let _creating = creates.then(|| ctx.pacer.creates.start());
     if let Some(rbac) = rbac {
         let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
         create_owned(&accounts, &rbac.service_account, &uid).await?;

@@ -69,10 +69,12 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         service_writer.apply_watcher_event(&event);
         service_index.apply(&event);
     }
+    let pacer = Pacer::new(Duration::from_secs(1), 10.0);
     Arc::new(Context {
         events: crate::events::Events::start(
             Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
             10.0,
+            pacer.creates.clone(),
         ),
         client,
         pods: pod_store,
@@ -83,7 +85,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         settings: Settings::default(),
         restart_backoff: Duration::from_secs(10),
         metrics: Arc::new(Metrics::new()),
-        pacer: Pacer::new(Duration::from_secs(1), 10.0),
+        pacer,
         marks,
         created: Default::default(),
         retries: Default::default(),

@@ -123,8 +123,10 @@ pub async fn run(
         .reflect(config_writer)
         .touched_objects();
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
+    let pacer = Pacer::new(options.status_period, options.status_writes_per_second);
+    let recorder = Recorder::new(client.clone(), reporter);
     let context = Arc::new(Context {
-        events: crate::events::Events::start(Recorder::new(client.clone(), reporter), options.events_per_second),
+        events: crate::events::Events::start(recorder, options.events_per_second, pacer.creates.clone()),
         client: client.clone(),
         pods,
         services,
@@ -134,7 +136,7 @@ pub async fn run(
         settings: options.settings,
         restart_backoff: options.restart_backoff,
         metrics,
-        pacer: Pacer::new(options.status_period, options.status_writes_per_second),
+        pacer,
         marks: Arc::default(),
         created: Created::default(),
         retries: Retries::default(),
