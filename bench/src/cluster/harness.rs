@@ -111,11 +111,18 @@ impl Bench {
         self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()
     }
 
-    /// Waits (at most five seconds) until the API server and etcd are nearly idle: a quarter of a
+    /// Waits until the orchestrator has sent every event it queued (at most three minutes), then
+    /// (at most five seconds) until the API server and etcd are nearly idle: a quarter of a
     /// second in which they used at most 30 ms of CPU (idle, they use 0 to 10). So every run starts
     /// from a quiet cluster rather than from the tail of the run before (a job's events and status
     /// land after the bench saw it run), and that tail can be charged to the side that caused it.
+    /// Events are waited for by count: they go out at their own pace (5 a second by default, a
+    /// hundred jobs' in about 40 s), too slowly for the API server's CPU to show them.
     pub async fn settle(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while self.metrics().await?.events_waiting() > 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         const WINDOW: Duration = Duration::from_millis(250);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {

@@ -31,6 +31,11 @@ impl Scrape {
         Scrape(self.0.iter().map(|(k, v)| (k.clone(), v - before.0.get(k).unwrap_or(&0.0))).collect())
     }
 
+    /// Events the orchestrator has queued and not sent yet.
+    pub fn events_waiting(&self) -> f64 {
+        self.sum("di_orchestrator_events_waiting")
+    }
+
     /// Sum of the series whose name and labels start with `prefix`.
     fn sum(&self, prefix: &str) -> f64 {
         self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()

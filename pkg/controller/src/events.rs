@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::warn;
@@ -33,15 +34,19 @@ struct Queued {
 pub struct Events {
     normal: mpsc::Sender<Queued>,
     warnings: mpsc::Sender<Queued>,
+    /// Events queued and not sent yet, both queues together.
+    waiting: Gauge,
 }
 
 impl Events {
-    /// Starts the sender (in the current tokio runtime).
-    pub fn start(recorder: Recorder, per_second: f64, creates: Creates) -> Events {
+    /// Starts the sender (in the current tokio runtime); `waiting` counts what is queued.
+    pub fn start(recorder: Recorder, per_second: f64, creates: Creates, waiting: Gauge) -> Events {
         let (normal, mut normal_waiting) = mpsc::channel::<Queued>(QUEUE);
         let (warnings, mut warnings_waiting) = mpsc::channel::<Queued>(QUEUE);
         let bucket = Bucket::new(per_second);
+        let left = waiting.clone();
         tokio::spawn(async move {
+            let sender = Sender { recorder, bucket, left };
             loop {
                 let next = tokio::select! {
                     biased;
@@ -53,7 +58,7 @@ impl Events {
                         loop {
                             tokio::select! {
                                 biased;
-                                Some(warning) = warnings_waiting.recv() => send(&recorder, &bucket, warning).await,
+                                Some(warning) = warnings_waiting.recv() => sender.send(warning).await,
                                 _ = &mut held => break,
                             }
                         }
@@ -61,30 +66,45 @@ impl Events {
                     }
                     else => return,
                 };
-                send(&recorder, &bucket, next).await;
+                sender.send(next).await;
             }
         });
-        Events { normal, warnings }
+        Events { normal, warnings, waiting }
     }
 
     /// Queues an event on `reference` (the job `job`).
     pub fn send(&self, event: Event, reference: ObjectReference, job: &str) {
         let queue = if event.type_ == EventType::Warning { &self.warnings } else { &self.normal };
         let queued = Queued { event, reference, job: job.to_owned(), at: Instant::now() };
-        if let Err(e) = queue.try_send(queued) {
-            let queued = e.into_inner();
-            warn!(job = %queued.job, "dropped event {}: {QUEUE} events are waiting to be sent", queued.event.reason);
+        match queue.try_send(queued) {
+            Ok(()) => {
+                self.waiting.inc();
+            }
+            Err(e) => {
+                let queued = e.into_inner();
+                warn!(job = %queued.job, "dropped event {}: {QUEUE} events are waiting to be sent", queued.event.reason);
+            }
         }
     }
 }
 
-/// Publishes one event when the bucket has a token.
-async fn send(recorder: &Recorder, bucket: &Bucket, queued: Queued) {
-    while let Err(wait) = bucket.take() {
-        tokio::time::sleep(wait).await;
-    }
-    if let Err(e) = recorder.publish(&queued.event, &queued.reference).await {
-        warn!(job = %queued.job, "publishing event {}: {e}", queued.event.reason);
+struct Sender {
+    recorder: Recorder,
+    bucket: Bucket,
+    /// What is queued and not sent yet.
+    left: Gauge,
+}
+
+impl Sender {
+    /// Publishes one event when the bucket has a token.
+    async fn send(&self, queued: Queued) {
+        while let Err(wait) = self.bucket.take() {
+            tokio::time::sleep(wait).await;
+        }
+        if let Err(e) = self.recorder.publish(&queued.event, &queued.reference).await {
+            warn!(job = %queued.job, "publishing event {}: {e}", queued.event.reason);
+        }
+        self.left.dec();
     }
 }
 
@@ -102,8 +122,8 @@ mod tests {
     async fn normal_events_wait_for_creates_and_warnings_do_not() {
         let (client, log) = di_testing::client(|_| None);
         let reporter = Reporter { controller: "test".into(), instance: None };
-        let creates = Creates::default();
-        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone());
+        let (creates, waiting) = (Creates::default(), Gauge::default());
+        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone(), waiting.clone());
         let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
         let sent = || {
             let reasons = log.calls().into_iter().filter(|c| c.path.contains("/events"));
@@ -114,6 +134,7 @@ mod tests {
         events.send(event(EventType::Warning, "CreatePod"), job.clone(), "job");
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(sent(), ["CreatePod"], "the warning passes the held event");
+        assert_eq!(waiting.get(), 1, "the held event is counted as waiting");
         drop(creating);
         tokio::time::timeout(Duration::from_secs(5), async {
             while sent().len() < 2 {
@@ -123,6 +144,8 @@ mod tests {
         .await
         .expect("the held event is sent once creates are over");
         assert_eq!(sent(), ["CreatePod", "Created"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(waiting.get(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -130,7 +153,7 @@ mod tests {
         let (client, log) = di_testing::client(|_| None);
         let reporter = Reporter { controller: "test".into(), instance: None };
         let creates = Creates::default();
-        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone());
+        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone(), Gauge::default());
         let _creating = creates.start();
         let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
         events.send(event(EventType::Normal, "Created"), job, "job");

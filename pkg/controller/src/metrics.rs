@@ -52,6 +52,8 @@ pub struct Metrics {
     pub phase_transitions: Family<PhaseLabel, Counter>,
     /// DIJobs by phase, set from the reconciler's cache when scraped.
     pub jobs: Family<PhaseLabel, Gauge>,
+    /// Events queued and not sent yet (see `events`).
+    pub events_waiting: Gauge,
     /// Requests sent to the API server, by HTTP method (watches count once, when opened).
     pub api_requests: Family<VerbLabel, Counter>,
     /// Time until the API server answered, by verb and resource (watches excluded: they last).
@@ -77,6 +79,7 @@ impl Metrics {
             stale_passes: Counter::default(),
             phase_transitions: Family::default(),
             jobs: Family::default(),
+            events_waiting: Gauge::default(),
             api_requests: Family::default(),
             api_request_duration: RequestHistograms::new_with_constructor(latency_buckets),
             registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
@@ -100,6 +103,7 @@ impl Metrics {
             );
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
+            r.register("events_waiting", "Events queued and not sent yet", metrics.events_waiting.clone());
             r.register("api_requests", "Requests sent to the API server, by HTTP method", metrics.api_requests.clone());
             r.register(
                 "api_request_duration_seconds",

@@ -75,6 +75,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
             Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
             10.0,
             pacer.creates.clone(),
+            Default::default(),
         ),
         client,
         pods: pod_store,

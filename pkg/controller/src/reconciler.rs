@@ -126,7 +126,12 @@ pub async fn run(
     let pacer = Pacer::new(options.status_period, options.status_writes_per_second);
     let recorder = Recorder::new(client.clone(), reporter);
     let context = Arc::new(Context {
-        events: crate::events::Events::start(recorder, options.events_per_second, pacer.creates.clone()),
+        events: crate::events::Events::start(
+            recorder,
+            options.events_per_second,
+            pacer.creates.clone(),
+            metrics.events_waiting.clone(),
+        ),
         client: client.clone(),
         pods,
         services,
