@@ -76,14 +76,12 @@ impl Events {
     pub fn send(&self, event: Event, reference: ObjectReference, job: &str) {
         let queue = if event.type_ == EventType::Warning { &self.warnings } else { &self.normal };
         let queued = Queued { event, reference, job: job.to_owned(), at: Instant::now() };
-        match queue.try_send(queued) {
-            Ok(()) => {
-                self.waiting.inc();
-            }
-            Err(e) => {
-                let queued = e.into_inner();
-                warn!(job = %queued.job, "dropped event {}: {QUEUE} events are waiting to be sent", queued.event.reason);
-            }
+        // Counted before it is queued: the sender may send it (and count it down) at once.
+        self.waiting.inc();
+        if let Err(e) = queue.try_send(queued) {
+            self.waiting.dec();
+            let queued = e.into_inner();
+            warn!(job = %queued.job, "dropped event {}: {QUEUE} events are waiting to be sent", queued.event.reason);
         }
     }
 }
