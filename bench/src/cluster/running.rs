@@ -138,8 +138,9 @@ async fn baseline(bench: &Bench, prefix: &str, m: usize, n: usize, server: &mut 
 
 /// The ratios of each run to the baseline's run next to it in time. The machine's speed drifts
 /// (the same run varies by a quarter within minutes and by half between invocations), and two
-/// runs a moment apart share most of that drift, so their ratio is steadier than a ratio of two
-/// medians, each taken over minutes.
+/// runs a moment apart share more of that drift than two medians taken over minutes do. Measured
+/// so far over two invocations only: the paired median moved less between them than the ratio
+/// of medians at three sizes of four.
 #[derive(Debug, PartialEq)]
 struct Paired {
     median: f64,
