@@ -116,13 +116,19 @@ mod tests {
         Event { type_, reason: reason.into(), note: None, action: "Test".into(), secondary: None }
     }
 
-    #[tokio::test]
-    async fn normal_events_wait_for_creates_and_warnings_do_not() {
+    /// A sender on the echoing fake, sharing `creates` and `waiting`; its log, and the job.
+    fn started(creates: &Creates, waiting: &Gauge) -> (Events, di_testing::Log, ObjectReference) {
         let (client, log) = di_testing::client(|_| None);
         let reporter = Reporter { controller: "test".into(), instance: None };
-        let (creates, waiting) = (Creates::default(), Gauge::default());
         let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone(), waiting.clone());
         let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
+        (events, log, job)
+    }
+
+    #[tokio::test]
+    async fn normal_events_wait_for_creates_and_warnings_do_not() {
+        let (creates, waiting) = (Creates::default(), Gauge::default());
+        let (events, log, job) = started(&creates, &waiting);
         let sent = || {
             let reasons = log.calls().into_iter().filter(|c| c.path.contains("/events"));
             reasons.map(|c| c.body["reason"].as_str().unwrap_or_default().to_owned()).collect::<Vec<_>>()
@@ -148,12 +154,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_event_goes_after_the_hold_even_while_creates_go_on() {
-        let (client, log) = di_testing::client(|_| None);
-        let reporter = Reporter { controller: "test".into(), instance: None };
         let creates = Creates::default();
-        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone(), Gauge::default());
+        let (events, log, job) = started(&creates, &Gauge::default());
         let _creating = creates.start();
-        let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
         events.send(event(EventType::Normal, "Created"), job, "job");
         let sent = || log.calls().into_iter().filter(|c| c.path.contains("/events")).count();
         tokio::time::sleep(HOLD - Duration::from_secs(1)).await;
