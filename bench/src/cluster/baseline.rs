@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::Semaphore;
 
-use super::harness::{Bench, RUN_LABEL, job, took, watch_until};
+use super::harness::{Bench, Marks, RUN_LABEL, job, took, watch_until};
 
 /// Jobs reconciled at once by the orchestrator (its default), and so the baseline's concurrency.
 const CONCURRENCY: usize = 16;
@@ -20,6 +20,11 @@ const CONCURRENCY: usize = 16;
 impl Bench {
     /// The objects of `m` jobs of `n` collectors, created plainly; the time until every pod runs.
     pub async fn baseline(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
+        Ok(self.baseline_marks(prefix, m, n).await?.took())
+    }
+
+    /// As [`Bench::baseline`]; when each step was.
+    pub async fn baseline_marks(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Marks> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let total = m * (n + 1);
         let running = watch_until(pods.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<Pod>]| {
@@ -69,6 +74,9 @@ impl Bench {
         for t in tasks {
             t.await??;
         }
-        took(running, start, Duration::from_secs(600), &format!("{prefix}: every baseline pod running")).await
+        let posted = Instant::now();
+        let took =
+            took(running, start, Duration::from_secs(600), &format!("{prefix}: every baseline pod running")).await?;
+        Ok(Marks { start, posted, done: start + took })
     }
 }

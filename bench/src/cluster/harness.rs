@@ -154,6 +154,11 @@ impl Bench {
     /// that check lists the namespace, which costs the API server more the more runs it holds,
     /// and is no cost of the orchestrator's.
     pub async fn until_running(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Duration> {
+        Ok(self.submit(prefix, m, n).await?.took())
+    }
+
+    /// Submits the jobs and waits until they run, as [`Bench::until_running`]; when each step was.
+    pub async fn submit(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Marks> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
         let want = format!("{n}/{n}");
         let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
@@ -181,7 +186,9 @@ impl Bench {
         for c in creates {
             c.await??;
         }
-        took(running, start, Duration::from_secs(600), &format!("{prefix}: every job running")).await
+        let posted = Instant::now();
+        let took = took(running, start, Duration::from_secs(600), &format!("{prefix}: every job running")).await?;
+        Ok(Marks { start, posted, done: start + took })
     }
 
     /// Waits until the `count` pods and services of the run `prefix` are all there: running with
@@ -244,6 +251,19 @@ pub async fn took(
 ) -> anyhow::Result<Duration> {
     let at = tokio::time::timeout(limit, seen).await.with_context(|| format!("{what}: not within {limit:?}"))???;
     Ok(at.max(start) - start)
+}
+
+/// When a run started, when its client's writes were all answered, and when it was seen done.
+pub struct Marks {
+    pub start: Instant,
+    pub posted: Instant,
+    pub done: Instant,
+}
+
+impl Marks {
+    pub fn took(&self) -> Duration {
+        self.done - self.start
+    }
 }
 
 /// A job of one coordinator and `collectors` collectors.

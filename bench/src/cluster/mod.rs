@@ -1,8 +1,8 @@
 //! The orchestrator on the local control plane, one module per figure: time to running against a
 //! plain client creating the same objects (`running`, with the client in `baseline`), API
-//! requests per job against the minimum and where the orchestrator waited (`requests`), the
-//! scaling curve (`curve`), the replica endpoint (`replicas`), and memory and CPU idle, at scale
-//! and among unrelated pods (`scale`). `harness` starts what they all measure.
+//! requests per job against the minimum and where the orchestrator waited (`requests`), where one
+//! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
+//! and memory and CPU idle, at scale and among unrelated pods (`scale`). `harness` starts what they all measure.
 
 mod baseline;
 mod curve;
@@ -12,6 +12,7 @@ mod replicas;
 mod requests;
 mod running;
 mod scale;
+mod timeline;
 
 use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::ControlPlane;

@@ -103,7 +103,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         ));
         waits.push((scenario, spent.request_time()));
     }
-    Ok(())
+    super::timeline::measure(bench, rows).await
 }
 
 /// Jobs, collectors and runs of each scenario: by default every size the issue names, as many
