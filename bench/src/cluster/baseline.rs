@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::Semaphore;
 
-use super::harness::{Bench, Marks, RUN_LABEL, job, took, watch_until};
+use super::harness::{Bench, Marks, RUN_LABEL, job, pod_running, took, watch_until};
 
 /// Jobs reconciled at once by the orchestrator (its default), and so the baseline's concurrency.
 const CONCURRENCY: usize = 16;
@@ -28,8 +28,7 @@ impl Bench {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let total = m * (n + 1);
         let running = watch_until(pods.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<Pod>]| {
-            let running = all.iter().filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
-            running.count() == total
+            all.iter().filter(|p| pod_running(p)).count() == total
         })
         .await?;
         // The coordinators' ServiceAccount, which exists once per namespace (the orchestrator makes

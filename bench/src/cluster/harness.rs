@@ -266,6 +266,11 @@ impl Marks {
     }
 }
 
+/// Whether a pod's phase is Running.
+pub fn pod_running(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
 /// A job of one coordinator and `collectors` collectors.
 pub fn job(name: &str, collectors: usize) -> DIJob {
     let pod = json!({"containers": [{"name": "di-container", "image": "ding"}]});

@@ -5,7 +5,6 @@
 //! client is the time before the first pod and after the last one runs. These runs are apart
 //! from the paired ones: their extra watch costs the API server.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -17,7 +16,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::task::JoinHandle;
 
 use super::Row;
-use super::harness::{Bench, Marks, median};
+use super::harness::{Bench, Marks, median, pod_running};
 
 const RUNS: usize = 9;
 const COLLECTORS: usize = 10;
@@ -98,14 +97,10 @@ async fn pods_seen(
             if !pods.is_empty() {
                 first.get_or_insert(now);
             }
-            if pods.iter().filter(|p| running(p)).count() == count {
+            if pods.iter().filter(|p| pod_running(p)).count() == count {
                 return Ok((first.unwrap_or(now), now));
             }
         }
         bail!("watch ended")
     }))
-}
-
-fn running(pod: &Arc<Pod>) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }
