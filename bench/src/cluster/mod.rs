@@ -2,7 +2,8 @@
 //! plain client creating the same objects (`running`, with the client in `baseline`), API
 //! requests per job against the minimum and where the orchestrator waited (`requests`), where one
 //! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
-//! and memory and CPU idle, at scale and among unrelated pods (`scale`). `harness` starts what they all measure.
+//! and memory and CPU idle, at scale and among unrelated pods (`scale`). `harness` starts what
+//! they all measure.
 
 mod baseline;
 mod curve;

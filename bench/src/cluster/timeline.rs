@@ -5,18 +5,16 @@
 //! client is the time before the first pod and after the last one runs. These runs are apart
 //! from the paired ones: their extra watch costs the API server.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
 use di_api::contract::labels;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::task::JoinHandle;
 
 use super::Row;
-use super::harness::{Bench, Marks, median, pod_running};
+use super::harness::{Bench, Marks, median, pod_running, watch_until};
 
 const RUNS: usize = 9;
 const COLLECTORS: usize = 10;
@@ -85,22 +83,18 @@ async fn pods_seen(
     count: usize,
 ) -> anyhow::Result<JoinHandle<anyhow::Result<(Instant, Instant)>>> {
     let api: Api<Pod> = Api::namespaced(bench.client.clone(), namespace);
-    let (reader, writer) = reflector::store();
-    let config = watcher::Config::default().labels(&format!("{}={job}", labels::JOB_NAME));
-    let mut events = watcher(api, config).reflect(writer).boxed();
-    events.next().await.context("watch ended")??;
-    Ok(tokio::spawn(async move {
-        let mut first = None;
-        while let Some(event) = events.next().await {
-            event?;
-            let (pods, now) = (reader.state(), Instant::now());
-            if !pods.is_empty() {
-                first.get_or_insert(now);
-            }
-            if pods.iter().filter(|p| pod_running(p)).count() == count {
-                return Ok((first.unwrap_or(now), now));
-            }
+    let first = Arc::new(Mutex::new(None));
+    let seen = first.clone();
+    let running = watch_until(api, &format!("{}={job}", labels::JOB_NAME), move |pods: &[Arc<Pod>]| {
+        if !pods.is_empty() {
+            seen.lock().expect("not poisoned").get_or_insert_with(Instant::now);
         }
-        bail!("watch ended")
+        pods.iter().filter(|p| pod_running(p)).count() == count
+    })
+    .await?;
+    Ok(tokio::spawn(async move {
+        let all_running = running.await??;
+        let first = first.lock().expect("not poisoned").unwrap_or(all_running);
+        Ok((first, all_running))
     }))
 }
