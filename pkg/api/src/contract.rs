@@ -12,6 +12,13 @@ pub const GROUP: &str = "diengine.opendilab.org";
 pub const VERSION: &str = "v1alpha1";
 /// DI-orchestrator 1.x's version, served with the same schema (see docs/TASKS.md).
 pub const TASKS_VERSION: &str = "v2alpha1";
+/// The version a controller reference names its DIJob under: the group's preferred version (the
+/// highest in Kubernetes' version order of those served), which is the one discovery offers and
+/// the garbage collector watches DIJobs under. A reference under another version does not match
+/// the DIJob the collector saw, so it checks every such pod and Service with two reads from etcd,
+/// throttled by the controller manager's rate limit: 20 GETs of dijobs a second for minutes after
+/// 100 jobs started, measured. Ownership itself is by UID, under any version.
+pub const OWNER_VERSION: &str = TASKS_VERSION;
 
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
 pub mod labels {

@@ -45,3 +45,21 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         ("diengine.opendilab.org_aggregatorconfigs.yaml", yaml(AggregatorConfig::crd())),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Version;
+
+    use super::*;
+    use crate::contract::OWNER_VERSION;
+
+    /// Discovery prefers the served version that ranks highest in Kubernetes' version order; the
+    /// garbage collector watches DIJobs under it, so controller references must name it.
+    #[test]
+    fn owner_references_name_the_preferred_version() {
+        let crd = dijob_crd();
+        let served = crd.spec.versions.iter().filter(|v| v.served).map(|v| v.name.as_str());
+        let preferred = served.max_by_key(|v| Version::parse(v).priority());
+        assert_eq!(preferred, Some(OWNER_VERSION));
+    }
+}

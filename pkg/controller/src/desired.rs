@@ -18,7 +18,7 @@ mod tasks;
 
 use std::collections::BTreeMap;
 
-use di_api::contract::{GPU_RESOURCE, GROUP, PORT_NAME, Role, env, labels, names};
+use di_api::contract::{GPU_RESOURCE, GROUP, OWNER_VERSION, PORT_NAME, Role, env, labels, names};
 use di_api::resources::{di_port, learner_gpus, main_container_index, replica_port};
 use di_api::{AggregatorConfig, DIJob};
 use k8s_openapi::api::core::v1::{
@@ -144,9 +144,11 @@ pub fn replicas(
     Ok(out)
 }
 
-/// The controller reference every object of the job carries, so deleting the job deletes them.
+/// The controller reference every object of the job carries, so deleting the job deletes them,
+/// naming the job under [`OWNER_VERSION`] whichever version it was written in.
 pub fn owner_reference(job: &DIJob) -> Result<OwnerReference, BuildError> {
     let mut owner = job.controller_owner_ref(&()).ok_or(BuildError::NoUid)?;
+    owner.api_version = format!("{GROUP}/{OWNER_VERSION}");
     owner.block_owner_deletion = Some(true);
     Ok(owner)
 }

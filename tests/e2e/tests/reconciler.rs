@@ -38,6 +38,8 @@ async fn a_job_runs_with_every_replica_owned_and_wired() {
     for pod in &pods {
         let owner = &pod.owner_references()[0];
         assert_eq!((owner.kind.as_str(), owner.uid.as_str(), owner.controller), ("DIJob", uid.as_str(), Some(true)));
+        // The version the garbage collector watches DIJobs under, though the job was written as v1alpha1.
+        assert_eq!(owner.api_version, "diengine.opendilab.org/v2alpha1");
         let env = env_of(pod);
         assert_eq!(env["KUBERNETES_POD_NAME"], pod.name_any());
         assert_eq!(env["KUBERNETES_POD_NAMESPACE"], s.ns);
