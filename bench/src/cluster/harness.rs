@@ -106,6 +106,12 @@ impl Bench {
         Ok(Scrape::parse(&text))
     }
 
+    /// The API server's own metrics now.
+    pub async fn server_metrics(&self) -> anyhow::Result<Scrape> {
+        let request = axum::http::Request::get("/metrics").body(vec![])?;
+        Ok(Scrape::parse(&self.client.request_text(request).await?))
+    }
+
     /// CPU seconds the API server and etcd have used so far.
     pub fn server_cpu(&self) -> anyhow::Result<f64> {
         self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()
@@ -119,10 +125,7 @@ impl Bench {
     /// Events are waited for by count: they go out at their own pace (5 a second by default, a
     /// hundred jobs' in about 40 s), too slowly for the API server's CPU to show them.
     pub async fn settle(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while self.metrics().await?.events_waiting() > 0.0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.drain_events().await?;
         const WINDOW: Duration = Duration::from_millis(250);
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -132,6 +135,25 @@ impl Bench {
                 return Ok(());
             }
         }
+    }
+
+    /// Waits until the orchestrator has sent every event it queued, at most three minutes; how
+    /// long that took.
+    pub async fn drain_events(&self) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(180);
+        while self.metrics().await?.events_waiting() > 0.0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// The API server's and etcd's CPU per second over `window` on a quiet cluster (call it
+    /// right after a settle).
+    pub async fn idle_server_rate(&self, window: Duration) -> anyhow::Result<f64> {
+        let before = self.server_cpu()?;
+        tokio::time::sleep(window).await;
+        Ok((self.server_cpu()? - before) / window.as_secs_f64())
     }
 
     /// The orchestrator's CPU use over `window`, in percent of one core.

@@ -36,6 +36,18 @@ impl Scrape {
         self.sum("di_orchestrator_events_waiting")
     }
 
+    /// From the API server's own metrics: the GETs of DIJobs, pods and Services it served, from
+    /// any client. Neither side of the bench reads them one by one, so these are other
+    /// controllers' checks, the garbage collector's above all.
+    pub fn reads_of_job_objects(&self) -> f64 {
+        let read = |labels: &str| {
+            labels.contains(r#"verb="GET""#)
+                && labels.contains(r#"subresource="""#)
+                && ["dijobs", "pods", "services"].iter().any(|r| labels.contains(&format!(r#"resource="{r}""#)))
+        };
+        self.0.iter().filter(|(k, _)| k.starts_with("apiserver_request_total{") && read(k)).map(|(_, v)| v).sum()
+    }
+
     /// Sum of the series whose name and labels start with `prefix`.
     fn sum(&self, prefix: &str) -> f64 {
         self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
@@ -129,6 +141,17 @@ di_orchestrator_api_request_duration_seconds_count{verb="PATCH",resource="dijobs
 di_orchestrator_status_writes_total 5
 di_orchestrator_reconciles_total 6
 "#;
+
+    #[test]
+    fn counts_the_api_servers_reads_of_a_jobs_objects() {
+        let text = r#"apiserver_request_total{code="200",component="apiserver",dry_run="",group="diengine.opendilab.org",resource="dijobs",scope="resource",subresource="",verb="GET",version="v1alpha1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="GET",version="v1"} 5
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="LIST",version="v1"} 11
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="leases",scope="resource",subresource="",verb="GET",version="v1"} 13
+"#;
+        assert_eq!(Scrape::parse(text).reads_of_job_objects(), 10.0);
+    }
 
     #[test]
     fn reads_what_grew_by_verb_and_resource() {
