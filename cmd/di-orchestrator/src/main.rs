@@ -236,6 +236,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ready.store(true, Ordering::Relaxed);
 
     let identity = di_controller::identity::choose(&client, args.replica_identity.into()).await?;
+    let owner_version = di_controller::owner::preferred_version(&client).await;
     let options = Options {
         settings: Settings {
             identity,
@@ -243,6 +244,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_gpus_per_pod: args.max_gpus_per_pod,
             default_aggregator_config: args.default_aggregator_config,
             cluster_domain: args.cluster_domain,
+            owner_version,
         },
         restart_backoff: Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0)),
         concurrency: args.concurrency,

@@ -17,7 +17,8 @@ pub const TASKS_VERSION: &str = "v2alpha1";
 /// the garbage collector watches DIJobs under. A reference under another version does not match
 /// the DIJob the collector saw, so it checks every such pod and Service with two reads from etcd,
 /// throttled by the controller manager's rate limit: 20 GETs of dijobs a second for minutes after
-/// 100 jobs started, measured. Ownership itself is by UID, under any version.
+/// 100 jobs started, measured. Ownership itself is by UID, under any version. The orchestrator
+/// asks the API server's discovery at start-up, which says this where our CRD is installed.
 pub const OWNER_VERSION: &str = TASKS_VERSION;
 
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.

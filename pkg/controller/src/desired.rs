@@ -47,6 +47,9 @@ pub struct Settings {
     pub cluster_domain: String,
     /// Who replica endpoints are to the API server (chosen at start-up).
     pub identity: identity::Identity,
+    /// The version controller references name a DIJob under: the group's preferred version as
+    /// this API server's discovery says (read at start-up, see [`OWNER_VERSION`]).
+    pub owner_version: String,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             default_aggregator_config: "di-system/aggregator-config".into(),
             cluster_domain: di_api::tasks::DEFAULT_CLUSTER_DOMAIN.into(),
             identity: identity::Identity::default(),
+            owner_version: OWNER_VERSION.into(),
         }
     }
 }
@@ -145,10 +149,10 @@ pub fn replicas(
 }
 
 /// The controller reference every object of the job carries, so deleting the job deletes them,
-/// naming the job under [`OWNER_VERSION`] whichever version it was written in.
-pub fn owner_reference(job: &DIJob) -> Result<OwnerReference, BuildError> {
+/// naming the job under `version` (the group's preferred one) whichever version it was written in.
+pub fn owner_reference(job: &DIJob, version: &str) -> Result<OwnerReference, BuildError> {
     let mut owner = job.controller_owner_ref(&()).ok_or(BuildError::NoUid)?;
-    owner.api_version = format!("{GROUP}/{OWNER_VERSION}");
+    owner.api_version = format!("{GROUP}/{version}");
     owner.block_owner_deletion = Some(true);
     Ok(owner)
 }
@@ -189,7 +193,14 @@ impl<'a> Builder<'a> {
         let name = job.name_any();
         let namespace = job.namespace().unwrap_or_default();
         let server_url = sidecar::server_url(&name, &namespace);
-        Ok(Builder { owner: owner_reference(job)?, job: name, namespace, spec: &job.spec, settings, server_url })
+        Ok(Builder {
+            owner: owner_reference(job, &settings.owner_version)?,
+            job: name,
+            namespace,
+            spec: &job.spec,
+            settings,
+            server_url,
+        })
     }
 
     /// A pod from `template` for `role`, with the contract applied, and its Service.

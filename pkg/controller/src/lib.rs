@@ -10,6 +10,7 @@ pub mod identity;
 pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod owner;
 pub mod pace;
 mod pass;
 pub mod plan;

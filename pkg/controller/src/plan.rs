@@ -159,7 +159,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     if replica.role == Role::Coordinator {
                         actions.push(match identity::uses_shared(job, settings.identity) {
                             true => Action::EnsureNamespaceIdentity,
-                            false => Action::CreateRbac(Box::new(desired::rbac(job)?)),
+                            false => Action::CreateRbac(Box::new(desired::rbac(job, settings)?)),
                         });
                     }
                     let after = service.and_then(restart_after);

@@ -137,13 +137,13 @@ fn a_template_service_account_is_kept_and_bound() {
     let job = job(0, 0, extra);
     let replicas = desired::replicas(&job, None, &Settings::default()).unwrap();
     assert_eq!(replicas[0].pod.spec.as_ref().unwrap().service_account_name.as_deref(), Some("mine"));
-    let rbac = desired::rbac(&job).unwrap();
+    let rbac = desired::rbac(&job, &Settings::default()).unwrap();
     assert_eq!(rbac.binding.subjects.unwrap()[0].name, "mine");
 }
 
 #[test]
 fn the_sidecar_role_is_least_privilege() {
-    let rbac = desired::rbac(&job(0, 0, json!({}))).unwrap();
+    let rbac = desired::rbac(&job(0, 0, json!({})), &Settings::default()).unwrap();
     let rules = rbac.role.rules.clone().unwrap();
     assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].resources.as_deref(), Some(&["dijobs".to_string()][..]));

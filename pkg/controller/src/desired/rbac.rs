@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::identity::coordinator_service_account;
-use super::{BuildError, job_labels, owner_reference};
+use super::{BuildError, Settings, job_labels, owner_reference};
 
 /// The per-job identity of the replica endpoint sidecar.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,8 +21,8 @@ pub struct Rbac {
 
 /// The ServiceAccount, Role and RoleBinding of the job's replica endpoint: it may read and patch
 /// its own DIJob and read the namespace's pods, nothing more.
-pub fn rbac(job: &DIJob) -> Result<Rbac, BuildError> {
-    let owner = owner_reference(job)?;
+pub fn rbac(job: &DIJob, settings: &Settings) -> Result<Rbac, BuildError> {
+    let owner = owner_reference(job, &settings.owner_version)?;
     let name = names::replicas_identity(&job.name_any());
     let meta = ObjectMeta {
         name: Some(name.clone()),

@@ -34,7 +34,7 @@ pub struct TaskObjects {
 pub fn task_objects(job: &DIJob, settings: &Settings) -> Result<TaskObjects, BuildError> {
     let name = job.name_any();
     let namespace = job.namespace().unwrap_or_default();
-    let owner = owner_reference(job)?;
+    let owner = owner_reference(job, &settings.owner_version)?;
     let tasks = tasks::tasks(job);
     let peers = tasks::peers(&tasks);
     let total = tasks::pod_count(&tasks).to_string();
