@@ -37,8 +37,9 @@ impl Scrape {
     }
 
     /// From the API server's own metrics: the GETs of DIJobs, pods and Services it served, from
-    /// any client. Neither side of the bench reads them one by one, so these are other
-    /// controllers' checks, the garbage collector's above all.
+    /// any client. Neither side of the bench reads them one by one (the orchestrator reads a job
+    /// only before it makes a coordinator again, which these runs never need), so these are
+    /// other controllers' checks, the garbage collector's above all.
     pub fn reads_of_job_objects(&self) -> f64 {
         let read = |labels: &str| {
             labels.contains(r#"verb="GET""#)

@@ -47,6 +47,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
             let own = cpu_seconds(bench.pid)?;
             let prefix = format!("r{m}x{n}-{run}");
             ours.push(bench.until_running(&prefix, m, n).await?);
+            server_ours.until_running += bench.server_cpu()? - server;
             if let Some(started) = profile.take() {
                 let summary = match started {
                     Ok(p) => p.finish(15).await,
@@ -57,17 +58,17 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
             // Until the cluster is quiet again, so the events and status a job sends after it
             // runs count (and its requests are all in the orchestrator's metrics); the check of
             // its objects lists the namespace, no cost of the orchestrator's, so it comes after.
-            let ran = bench.server_cpu()?;
-            server_ours.until_running += ran - server;
+            let draining = bench.server_cpu()?;
             server_ours.drain_seconds += bench.drain_events().await?.as_secs_f64();
-            server_ours.drain += bench.server_cpu()? - ran;
+            server_ours.drain += bench.server_cpu()? - draining;
             bench.settle().await?;
             orchestrator += cpu_seconds(bench.pid)? - own;
             server_ours.all += bench.server_cpu()? - server;
-            server_ours.reads += bench.server_metrics().await?.reads_of_job_objects() - reads;
             spent.add(&bench.metrics().await?.since(&scrape));
             bench.objects_complete(&prefix, m * (n + 1)).await?;
             bench.settle().await?;
+            // After the second settle, so checks that trickle in late are still this run's.
+            server_ours.reads += bench.server_metrics().await?.reads_of_job_objects() - reads;
             if run % 2 == 0 {
                 base.push(self::baseline(bench, &format!("b{m}x{n}-{run}"), m, n, &mut server_base).await?);
             }
