@@ -151,16 +151,12 @@ impl Bench {
     /// The API server's and etcd's CPU per second over `window` on a quiet cluster (call it
     /// right after a settle).
     pub async fn idle_server_rate(&self, window: Duration) -> anyhow::Result<f64> {
-        let before = self.server_cpu()?;
-        tokio::time::sleep(window).await;
-        Ok((self.server_cpu()? - before) / window.as_secs_f64())
+        per_second(window, || self.server_cpu()).await
     }
 
     /// The orchestrator's CPU use over `window`, in percent of one core.
     pub async fn cpu_percent(&self, window: Duration) -> anyhow::Result<f64> {
-        let before = cpu_seconds(self.pid)?;
-        tokio::time::sleep(window).await;
-        Ok(100.0 * (cpu_seconds(self.pid)? - before) / window.as_secs_f64())
+        Ok(100.0 * per_second(window, || cpu_seconds(self.pid)).await?)
     }
 
     /// Submits `m` jobs of `n` collectors at once; the time until every one runs with every
@@ -262,6 +258,13 @@ where
         }
         bail!("watch ended")
     }))
+}
+
+/// How fast the CPU seconds that `used` reads grew over `window`, per second.
+async fn per_second(window: Duration, used: impl Fn() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
+    let before = used()?;
+    tokio::time::sleep(window).await;
+    Ok((used()? - before) / window.as_secs_f64())
 }
 
 /// Time from `start` until a [`watch_until`] task saw its condition, waiting at most `limit`.
