@@ -137,10 +137,10 @@ fn check_document(number: usize, several: bool, doc: &Value) -> anyhow::Result<(
     };
     match kind {
         "DIJob" => {
-            let version = check_api_version(doc, &DIJOB_VERSIONS).with_context(|| what.clone())?;
+            check_api_version(doc, &DIJOB_VERSIONS).with_context(|| what.clone())?;
             let mut job: DIJob = typed(doc).with_context(|| format!("{what} cannot be read"))?;
             di_api::defaults::default_dijob(&mut job);
-            di_api::validation::validate_dijob_as(&job, version).map_err(|e| anyhow!("{what} is invalid: {e}"))
+            di_api::validation::validate_dijob(&job).map_err(|e| anyhow!("{what} is invalid: {e}"))
         }
         "AggregatorConfig" => {
             check_api_version(doc, &[&AggregatorConfig::api_version(&())]).with_context(|| what.clone())?;
@@ -157,12 +157,11 @@ fn check_document(number: usize, several: bool, doc: &Value) -> anyhow::Result<(
 /// The API versions a DIJob is served under: 0.2's and 1.x's (one schema).
 pub const DIJOB_VERSIONS: [&str; 2] = ["diengine.opendilab.org/v1alpha1", "diengine.opendilab.org/v2alpha1"];
 
-/// The API server refuses an object of a version it does not serve; say so before. Returns the
-/// version part (`v2alpha1`).
-fn check_api_version<'a>(doc: &'a Value, served: &[&str]) -> anyhow::Result<&'a str> {
+/// The API server refuses an object of a version it does not serve; say so before.
+fn check_api_version(doc: &Value, served: &[&str]) -> anyhow::Result<()> {
     let want = served.join(" or ");
     match &doc["apiVersion"] {
-        Value::String(v) if served.contains(&v.as_str()) => Ok(v.rsplit('/').next().unwrap_or_default()),
+        Value::String(v) if served.contains(&v.as_str()) => Ok(()),
         Value::Null => bail!("apiVersion: Required value: use {want}"),
         other => bail!("apiVersion: Unsupported value {other}: use {want}"),
     }

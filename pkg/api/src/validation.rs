@@ -138,23 +138,6 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
     }
 }
 
-/// Validates a DIJob as received under an API version: a `v2alpha1` job (DI-orchestrator 1.x's
-/// version) is always a task job.
-pub fn validate_dijob_as(job: &DIJob, version: &str) -> Result<(), ValidationErrors> {
-    let mut errs = Errors(validate_dijob(job).err().map(|e| e.0).unwrap_or_default());
-    if version == crate::contract::TASKS_VERSION && !job.spec.is_task_job() {
-        errs.add(
-            "spec.tasks",
-            format!(
-                "Required value: a {} DIJob describes its workers as tasks; add spec.tasks, or submit the roles as {}",
-                crate::contract::TASKS_VERSION,
-                crate::contract::VERSION
-            ),
-        );
-    }
-    errs.into_result()
-}
-
 /// Validates an update: the new object as on create, plus what may not change on a live job.
 pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationErrors> {
     let mut errs = Errors(validate_dijob(new).err().map(|e| e.0).unwrap_or_default());

@@ -4,7 +4,7 @@
 mod common;
 
 use di_api::defaults::default_dijob;
-use di_api::validation::{validate_dijob, validate_dijob_as, validate_dijob_update};
+use di_api::validation::{validate_dijob, validate_dijob_update};
 use di_api::{DIJob, JobRestartPolicy, TaskType};
 use serde_json::json;
 
@@ -146,19 +146,6 @@ fn each_task_rule_names_its_field() {
 }
 
 #[test]
-fn v2alpha1_is_always_a_task_job() {
-    let role_job = common::valid_job();
-    let err = validate_dijob_as(&role_job, "v2alpha1").unwrap_err();
-    assert_eq!(err.0.len(), 1);
-    assert_eq!(err.0[0].path, "spec.tasks");
-    assert!(err.0[0].message.contains("submit the roles as v1alpha1"), "{err}");
-    assert_eq!(validate_dijob_as(&role_job, "v1alpha1"), Ok(()));
-    let mut job = task_job();
-    default_dijob(&mut job);
-    assert_eq!(validate_dijob_as(&job, "v1alpha1"), Ok(()), "one schema: either version holds either form");
-}
-
-#[test]
 fn a_live_task_job_may_scale_but_not_reshape() {
     let old = task_job();
     let update = |change: fn(&mut DIJob)| {
@@ -191,7 +178,7 @@ fn the_task_examples_are_valid() {
     for name in ["ditask-cartpole.yaml", "sample-factory.yaml", "srl.yaml"] {
         let mut job = common::example_job(name);
         default_dijob(&mut job);
-        assert_eq!(validate_dijob_as(&job, "v2alpha1"), Ok(()), "{name}");
+        assert_eq!(validate_dijob(&job), Ok(()), "{name}");
         assert!(job.spec.is_task_job(), "{name}");
     }
 }

@@ -4,7 +4,7 @@
 
 use di_api::contract::GROUP;
 use di_api::defaults::{default_aggregator_config, default_dijob};
-use di_api::validation::{ValidationErrors, validate_aggregator_config, validate_dijob_as, validate_dijob_update};
+use di_api::validation::{ValidationErrors, validate_aggregator_config, validate_dijob, validate_dijob_update};
 use di_api::{AggregatorConfig, DIJob};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
@@ -144,8 +144,6 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
                 Err(denial) => return *denial,
             };
             default_dijob(&mut job);
-            // The version the client used, even when the API server sent an equivalent one.
-            let version = request.request_kind.as_ref().unwrap_or(&request.kind).version.clone();
             if request.operation == Operation::Update {
                 match parse::<DIJob>(request, request.old_object.as_ref(), "old object") {
                     Ok(mut old) => {
@@ -157,7 +155,9 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
                     Err(denial) => return *denial,
                 }
             } else {
-                validate_dijob_as(&job, &version)
+                // Either version holds either form: the API server returns a role job under
+                // v2alpha1, its preferred version, so an export of it must apply again as read.
+                validate_dijob(&job)
             }
         }
         Some(Kind::AggregatorConfig) => match parse::<AggregatorConfig>(request, request.object.as_ref(), "object") {

@@ -250,11 +250,12 @@ async fn garbage_gets_an_http_error_not_a_panic() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
-/// Under 1.x's version a role job cannot be created, yet any write that leaves its spec alone
-/// passes: the garbage collector removes its finalizers through whichever version it prefers,
-/// and a refusal there would keep a deleted job, and everything it owns, forever.
+/// Under 1.x's version a role job is accepted as under 0.2's: the API server returns every job
+/// under v2alpha1 (its preferred version), so an export of a role job comes back in it. Any write
+/// that leaves a spec alone passes too: the garbage collector removes finalizers through
+/// whichever version it prefers, and a refusal there would keep a deleted job forever.
 #[tokio::test]
-async fn v2alpha1_refuses_a_new_role_job_but_never_a_write_that_keeps_the_spec() {
+async fn v2alpha1_takes_a_role_job_and_never_refuses_a_write_that_keeps_the_spec() {
     let as_v2 = |mut review: Value| {
         review["request"]["kind"]["version"] = json!("v2alpha1");
         review["request"]["resource"]["version"] = json!("v2alpha1");
@@ -262,8 +263,15 @@ async fn v2alpha1_refuses_a_new_role_job_but_never_a_write_that_keeps_the_spec()
     };
     let job = minimal_job();
     let response = answer("/validate", as_v2(review("CREATE", "DIJob", job.clone(), None))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut neither = job.clone();
+    neither["spec"].as_object_mut().unwrap().remove("coordinator");
+    let response = answer("/validate", as_v2(review("CREATE", "DIJob", neither, None))).await;
     assert_eq!(response["allowed"], false);
-    assert!(response["status"]["message"].as_str().unwrap().starts_with("spec.tasks: Required value"), "{response}");
+    assert!(
+        response["status"]["message"].as_str().unwrap().starts_with("spec.coordinator: Required value"),
+        "{response}"
+    );
 
     let mut finalized = job.clone();
     finalized["metadata"]["finalizers"] = json!([]);

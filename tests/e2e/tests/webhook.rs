@@ -16,6 +16,12 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patc
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
+/// The webhook configurations' name for a test's namespace: each test registers its own, so two
+/// tests never point one configuration at two orchestrators.
+fn configuration_name(namespace: &str) -> String {
+    format!("di-orchestrator-{namespace}")
+}
+
 /// The webhook configurations of the install manifests, pointed at a loopback URL and limited to
 /// one namespace so the rest of the suite never depends on this test's webhook.
 fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json::Value) {
@@ -32,7 +38,7 @@ fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json:
                        "operations": ["CREATE", "UPDATE"], "resources": ["dijobs", "aggregatorconfigs"], "scope": "Namespaced"}],
         })
     };
-    let meta = json!({"name": "di-orchestrator"});
+    let meta = json!({"name": configuration_name(namespace)});
     (
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
                "webhooks": [hook("mdijob.diengine.opendilab.org", "/mutate")]}),
@@ -41,44 +47,75 @@ fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json:
     )
 }
 
+/// The webhooks the API server calls for one test's namespace: on kind the deployed orchestrator's
+/// (the install manifests'); on the local control plane a local orchestrator's, registered by URL
+/// under a name of the namespace's own. Dropped, they are unregistered.
+struct Webhooks {
+    orchestrator: Option<LocalOrchestrator>,
+    client: kube::Client,
+    name: String,
+}
+
+impl Webhooks {
+    async fn serve(cluster: &di_e2e::cluster::TestCluster, ns: &str) -> Webhooks {
+        let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
+        let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
+        let local = !di_e2e::nodes::real_nodes();
+        let name = if local { configuration_name(ns) } else { "di-orchestrator".into() };
+        let mut orchestrator = None;
+        if local {
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let (mutating, validating) = configurations(&format!("https://127.0.0.1:{port}"), ns);
+            let apply = PatchParams::apply(MANAGER).force();
+            mutating_api.patch(&name, &apply, &Patch::Apply(&mutating)).await.unwrap();
+            validating_api.patch(&name, &apply, &Patch::Apply(&validating)).await.unwrap();
+            let args = [
+                format!("--webhook-addr=127.0.0.1:{port}"),
+                "--webhook-hosts=127.0.0.1".into(),
+                format!("--webhook-configuration={name}"),
+            ];
+            orchestrator = Some(Box::pin(LocalOrchestrator::start_with(cluster, ns, "", &args)).await);
+        }
+        // The orchestrator writes its CA into both configurations.
+        fn bundled<'a>(hooks: impl Iterator<Item = &'a WebhookClientConfig>) -> bool {
+            let bundles: Vec<_> = hooks.map(|c| c.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty())).collect();
+            !bundles.is_empty() && bundles.iter().all(|b| *b)
+        }
+        let mutating_bundled = |config: Option<&MutatingWebhookConfiguration>| {
+            config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
+        };
+        let validating_bundled = |config: Option<&ValidatingWebhookConfiguration>| {
+            config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
+        };
+        let both = async {
+            await_condition(mutating_api.clone(), &name, mutating_bundled).await.unwrap();
+            await_condition(validating_api.clone(), &name, validating_bundled).await.unwrap();
+        };
+        within(Duration::from_secs(60), "the CA bundle in the webhook configurations", both).await;
+        Webhooks { orchestrator, client: cluster.client.clone(), name }
+    }
+
+    fn log(&self) -> String {
+        self.orchestrator.as_ref().map(LocalOrchestrator::log).unwrap_or_default()
+    }
+
+    async fn unregister(self) {
+        if self.orchestrator.is_some() {
+            let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+            let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+            mutating_api.delete(&self.name, &DeleteParams::default()).await.unwrap();
+            validating_api.delete(&self.name, &DeleteParams::default()).await.unwrap();
+        }
+    }
+}
+
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn the_api_server_defaults_and_validates_through_the_webhook() {
     let cluster = Box::pin(connect()).await;
     Box::pin(cluster.install_crds()).await;
     let ns = Box::pin(cluster.namespace("webhook")).await;
-    // On kind the deployed orchestrator serves the install manifests' webhooks; on the local
-    // control plane this test registers them by URL, limited to its namespace, and runs its own.
-    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
-    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
-    let local = !di_e2e::nodes::real_nodes();
-    let mut orchestrator = None;
-    if local {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let (mutating, validating) = configurations(&format!("https://127.0.0.1:{port}"), &ns);
-        let apply = PatchParams::apply(MANAGER).force();
-        mutating_api.patch("di-orchestrator", &apply, &Patch::Apply(&mutating)).await.unwrap();
-        validating_api.patch("di-orchestrator", &apply, &Patch::Apply(&validating)).await.unwrap();
-        let args = [format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-hosts=127.0.0.1".into()];
-        orchestrator = Some(Box::pin(LocalOrchestrator::start_with(&cluster, &ns, "", &args)).await);
-    }
-
-    // The orchestrator writes its CA into both configurations.
-    fn bundled<'a>(hooks: impl Iterator<Item = &'a WebhookClientConfig>) -> bool {
-        let bundles: Vec<_> = hooks.map(|c| c.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty())).collect();
-        !bundles.is_empty() && bundles.iter().all(|b| *b)
-    }
-    let mutating_bundled = |config: Option<&MutatingWebhookConfiguration>| {
-        config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
-    };
-    let validating_bundled = |config: Option<&ValidatingWebhookConfiguration>| {
-        config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
-    };
-    let both = async {
-        await_condition(mutating_api.clone(), "di-orchestrator", mutating_bundled).await.unwrap();
-        await_condition(validating_api.clone(), "di-orchestrator", validating_bundled).await.unwrap();
-    };
-    within(Duration::from_secs(60), "the CA bundle in the webhook configurations", both).await;
+    let webhooks = Box::pin(Webhooks::serve(&cluster, &ns)).await;
     // An invalid job: refused at once, every problem named with its field and fix.
     let out = cluster.kubectl(&["apply", "-n", &ns, "-f", "manifests/examples/invalid.yaml"]).expect("kubectl");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -88,7 +125,7 @@ async fn the_api_server_defaults_and_validates_through_the_webhook() {
         "spec.cleanPodPolicy: Unsupported value \"Sometimes\": use one of \"Running\", \"All\", \"None\"",
         "spec.collector.replicas: Invalid value: -1: must be between 0 and 1000",
     ] {
-        let log = orchestrator.as_ref().map(LocalOrchestrator::log).unwrap_or_default();
+        let log = webhooks.log();
         assert!(
             stderr.contains(expected),
             "{expected:?} missing from: {stderr}
@@ -127,7 +164,7 @@ orchestrator log:
         "{err}"
     );
 
-    // A 1.x job under its own version: defaulted as 1.x does; one without tasks is refused there.
+    // A 1.x job under its own version: defaulted as 1.x does.
     let gvk = GroupVersionKind::gvk("diengine.opendilab.org", "v2alpha1", "DIJob");
     let v2: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), &ns, &ApiResource::from_gvk(&gvk));
     let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
@@ -138,13 +175,83 @@ orchestrator log:
     let task = &stored.spec.tasks.as_ref().unwrap()[0];
     assert_eq!((task.name.as_deref(), task.replicas), (Some("learner"), Some(1)));
     assert_eq!(stored.spec.backoff_limit, Some(3));
+    // A role job under v2alpha1, as `kubectl get -o yaml` returns one, is accepted too.
     let roles = json!({"apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob", "metadata": {"name": "roles"},
         "spec": {"coordinator": {"template": {"spec": container}}}});
-    let err = v2.create(&PostParams::default(), &serde_json::from_value(roles).unwrap()).await.unwrap_err();
-    assert!(err.to_string().contains("spec.tasks: Required value"), "{err}");
+    v2.create(&PostParams::default(), &serde_json::from_value(roles).unwrap())
+        .await
+        .expect("a role job under v2alpha1");
+    webhooks.unregister().await;
+}
 
-    if local {
-        mutating_api.delete("di-orchestrator", &DeleteParams::default()).await.unwrap();
-        validating_api.delete("di-orchestrator", &DeleteParams::default()).await.unwrap();
+/// Every example, read back with `kubectl get -o yaml` under either served version, applies again
+/// as it was read once the original is gone, as a backup restored by Velero, Argo CD or a user's
+/// own export does: only what the API server sets on every object is left out.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn every_example_read_back_under_either_version_applies_again() {
+    let cluster = Box::pin(connect()).await;
+    Box::pin(cluster.install_crds()).await;
+    let ns = Box::pin(cluster.namespace("export")).await;
+    let webhooks = Box::pin(Webhooks::serve(&cluster, &ns)).await;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("diengine.opendilab.org", "v1alpha1", "DIJob")),
+    );
+    let kubectl = |args: &[&str]| {
+        let out = cluster.kubectl(args).expect("kubectl");
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "kubectl {}: {said}\norchestrator log:\n{}", args.join(" "), webhooks.log());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let examples = std::fs::read_dir(di_e2e::binaries::repo_root().join("manifests/examples")).unwrap();
+    let mut files: Vec<_> = examples.map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    let mut checked = 0;
+    for file in files.iter().filter(|f| f.ends_with(".yaml") && *f != "invalid.yaml") {
+        let path = format!("manifests/examples/{file}");
+        kubectl(&["apply", "-n", &ns, "-f", &path]);
+        let text = std::fs::read_to_string(di_e2e::binaries::repo_root().join(&path)).unwrap();
+        let names: Vec<String> = di_api::manifest::yaml_documents(&text)
+            .unwrap()
+            .into_iter()
+            .filter(|doc| doc["kind"] == "DIJob")
+            .map(|doc| doc["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        for name in &names {
+            for version in ["v1alpha1", "v2alpha1"] {
+                let resource = format!("dijobs.{version}.diengine.opendilab.org");
+                let read: serde_json::Value =
+                    serde_yaml::from_str(&kubectl(&["get", &resource, name, "-n", &ns, "-o", "yaml"])).unwrap();
+                assert_eq!(read["apiVersion"], format!("diengine.opendilab.org/{version}"), "{file}");
+                let exported = exported(read);
+                kubectl(&["delete", "dijob", name, "-n", &ns, "--wait=true"]);
+                let saved = std::env::temp_dir().join(format!("{ns}-{name}-{version}.yaml"));
+                std::fs::write(&saved, serde_yaml::to_string(&exported).unwrap()).unwrap();
+                kubectl(&["apply", "-n", &ns, "-f", saved.to_str().unwrap()]);
+                let again = jobs.get(name).await.unwrap();
+                assert_eq!(
+                    again.data["spec"], exported["spec"],
+                    "{file}: {name} under {version} changed on the way back"
+                );
+                let _ = std::fs::remove_file(saved);
+                checked += 1;
+            }
+        }
     }
+    // Six examples hold a DIJob each (invalid.yaml aside), each read under two versions.
+    assert!(checked >= 12, "only {checked} exports were checked");
+    webhooks.unregister().await;
+}
+
+/// What a backup keeps of an object read back: everything but the fields the API server sets on
+/// every object (and refuses or replaces on create) and the status, which only its controller writes.
+fn exported(mut object: serde_json::Value) -> serde_json::Value {
+    let metadata = object["metadata"].as_object_mut().expect("metadata");
+    for field in ["uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"] {
+        metadata.remove(field);
+    }
+    object.as_object_mut().unwrap().remove("status");
+    object
 }
