@@ -236,17 +236,29 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
 
     facts.restarts = services.values().map(|s| restarts_of(s)).sum();
     let status = status::compute(job, &world.pods, &facts, world.now);
-    if phase.is_finished()
-        && let Some(ttl) = job.spec.ttl_seconds_after_finished
-    {
-        let finished = status::finished_at(&DIJob { status: Some(status.clone()), ..job.clone() }).unwrap_or(world.now);
+    let mut plan = Plan { status, actions, requeue_after: requeue };
+    plan.expire(job, world.now);
+    Ok(plan)
+}
+
+impl Plan {
+    /// A finished job's `ttlSecondsAfterFinished`, role job or task job alike: the job is deleted
+    /// once it has passed, and looked at again when it will.
+    pub(crate) fn expire(&mut self, job: &DIJob, now: Timestamp) {
+        let Some(ttl) = job.spec.ttl_seconds_after_finished else { return };
+        if !self.status.phase.is_some_and(Phase::is_finished) {
+            return;
+        }
+        let finished = status::finished_at(&DIJob { status: Some(self.status.clone()), ..job.clone() }).unwrap_or(now);
         let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
-        match expires.duration_since(world.now) {
-            left if left.is_positive() => requeue_at(left.unsigned_abs()),
-            _ => actions.push(Action::DeleteJob),
+        match expires.duration_since(now) {
+            left if left.is_positive() => {
+                let left = left.unsigned_abs();
+                self.requeue_after = Some(self.requeue_after.map_or(left, |r| r.min(left)));
+            }
+            _ => self.actions.push(Action::DeleteJob),
         }
     }
-    Ok(Plan { status, actions, requeue_after: requeue })
 }
 
 fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
@@ -262,7 +274,7 @@ fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
         Phase::Failed => ("CoordinatorFailed", format!("the coordinator failed{pod_message}")),
         Phase::Unknown => ("CoordinatorUnknown", "the coordinator's state cannot be observed".to_string()),
         // A task job's phases (see tasks.rs); a role job never has them.
-        Phase::Pending | Phase::Starting | Phase::Restarting => ("", String::new()),
+        Phase::Pending | Phase::Starting | Phase::Restarting | Phase::Rescheduling => ("", String::new()),
     };
     (reason.into(), message)
 }

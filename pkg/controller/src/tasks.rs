@@ -140,7 +140,9 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     facts.phase_reason = (reason, message);
     facts.restarts = restarts;
     let status = status::compute(job, &world.pods, &facts, world.now);
-    Ok(Plan { status, actions, requeue_after: requeue })
+    let mut plan = Plan { status, actions, requeue_after: requeue };
+    plan.expire(job, world.now);
+    Ok(plan)
 }
 
 /// `(reason, message)` when every pod of the deciding tasks has succeeded.

@@ -255,3 +255,21 @@ fn a_marked_task_decides_success_and_suspension_empties_the_job() {
     assert!(deleted(&plan).iter().all(|(_, why)| *why == Why::Suspended));
     assert!(plan.status.conditions.iter().any(|c| c.type_ == "Suspended" && c.status == "True"));
 }
+
+#[test]
+fn a_finished_task_job_with_a_ttl_is_deleted_when_it_expires() {
+    // The pass that sees every deciding pod succeed records when; the TTL counts from then.
+    let running = with_phase(job(1, json!({"ttlSecondsAfterFinished": 2})), Phase::Running);
+    let (pods, service) = world_of(&running, |_| Some("Succeeded"), &[]);
+    let done = decide(&running, &pods, std::slice::from_ref(&service), now());
+    assert_eq!(done.status.phase, Some(Phase::Succeeded));
+    assert!(!done.actions.contains(&Action::DeleteJob));
+    assert_eq!(done.requeue_after, Some(Duration::from_secs(2)));
+
+    let finished = DIJob { status: Some(done.status), ..running };
+    let early = decide(&finished, &pods, &[], now() + SignedDuration::from_secs(1));
+    assert!(!early.actions.contains(&Action::DeleteJob));
+    assert_eq!(early.requeue_after, Some(Duration::from_secs(1)));
+    let late = decide(&finished, &pods, &[], now() + SignedDuration::from_secs(3));
+    assert!(late.actions.contains(&Action::DeleteJob), "{:?}", late.actions);
+}
