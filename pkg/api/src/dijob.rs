@@ -242,7 +242,8 @@ pub struct DIJobStatus {
 
 /// Phase of a DIJob. A role job's follows its coordinator pod (Created, Running, Succeeded,
 /// Failed, Unknown); a task job's follows all its pods as in DI-orchestrator 1.x (Pending,
-/// Starting, Running, Restarting, Succeeded, Failed).
+/// Starting, Running, Restarting, Succeeded, Failed). Every phase DI-orchestrator 0.2 and 1.x
+/// write reads back; any other value reads as Unknown, so no stored job fails a read.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum Phase {
     /// Task jobs: not every pod has been created yet.
@@ -251,6 +252,8 @@ pub enum Phase {
     Starting,
     /// Task jobs: failed pods are being replaced, or the pods rebuilt after a task was scaled.
     Restarting,
+    /// Written only by DI-orchestrator 1.x (its pods moved to other nodes); read, never written.
+    Rescheduling,
     /// Submitted; the coordinator exists but is not running yet.
     Created,
     /// The coordinator is running (task jobs: every pod is running).
@@ -260,11 +263,19 @@ pub enum Phase {
     /// The coordinator failed, or the job could not be run (task jobs: more failures than
     /// `spec.backoffLimit`).
     Failed,
-    /// The coordinator's state cannot be observed.
+    /// The coordinator's state cannot be observed; also any phase no version of the DIJob has.
+    #[serde(other)]
     Unknown,
 }
 
 impl Phase {
+    /// The phase `name` spells exactly (a condition's type, say), if any: unlike reading it,
+    /// which takes any other word for Unknown.
+    pub fn named(name: &str) -> Option<Phase> {
+        let phase: Phase = serde_json::from_value(name.into()).ok()?;
+        (phase != Phase::Unknown || name == "Unknown").then_some(phase)
+    }
+
     pub fn is_finished(self) -> bool {
         matches!(self, Phase::Succeeded | Phase::Failed)
     }

@@ -84,6 +84,40 @@ fn a_0_2_status_parses() {
     assert_eq!(status.replica_status["Learner"].active, 0);
 }
 
+/// What DI-orchestrator 1.1 stores of a task job: every status field it writes, the phase it
+/// writes while pods move (`Rescheduling`), its condition reasons.
+#[test]
+fn a_1_x_status_parses_with_every_phase_it_writes() {
+    for phase in ["Pending", "Starting", "Running", "Restarting", "Rescheduling", "Succeeded", "Failed"] {
+        let at = "2022-06-01T10:00:00Z";
+        let job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "gobang"},
+            "spec": {"priority": "normal", "cleanPodPolicy": "Running", "preemptible": false, "backoffLimit": 3,
+                     "tasks": [{"replicas": 1, "type": "learner", "name": "learner",
+                                "template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}}]},
+            "status": {
+                "completionTimestamp": at, "restarts": 1, "reschedules": 2, "phase": phase, "replicas": 1,
+                "readyReplicas": 1, "taskStatus": {"learner": {"Running": 1}}, "allocation": ["node-a"],
+                "profilings": {},
+                "conditions": [{"type": phase, "status": "True", "reason": format!("Job{phase}"),
+                                "message": "", "lastUpdateTime": at, "lastTransitionTime": at}]
+            }
+        }))
+        .unwrap_or_else(|e| panic!("a 1.x job in {phase} parses: {e}"));
+        let status = job.status.unwrap();
+        assert_eq!(serde_json::to_value(status.phase).unwrap(), phase);
+        assert_eq!((status.restarts, status.task_status["learner"]["Running"]), (Some(1), 1));
+    }
+}
+
+/// A phase no version wrote (a future one, a hand edit) is not fatal: it reads as Unknown.
+#[test]
+fn an_unheard_of_phase_reads_as_unknown() {
+    let status: di_api::DIJobStatus = serde_json::from_value(json!({"phase": "Migrating"})).unwrap();
+    assert_eq!(status.phase, Some(Phase::Unknown));
+}
+
 #[test]
 fn integer_quantities_parse() {
     let job = example_job("cartpole-dqn.yaml");

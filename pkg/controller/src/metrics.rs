@@ -52,6 +52,9 @@ pub struct Metrics {
     pub phase_transitions: Family<PhaseLabel, Counter>,
     /// DIJobs by phase, set from the reconciler's cache when scraped.
     pub jobs: Family<PhaseLabel, Gauge>,
+    /// DIJobs the reconciler leaves alone: a status it cannot read, or another controller's
+    /// (`JobView::left_alone`); each is named in a Warning event `LeftAlone`.
+    pub jobs_left_alone: Gauge,
     /// Events queued and not sent yet (see `events`).
     pub events_waiting: Gauge,
     /// Requests sent to the API server, by HTTP method (watches count once, when opened).
@@ -79,6 +82,7 @@ impl Metrics {
             stale_passes: Counter::default(),
             phase_transitions: Family::default(),
             jobs: Family::default(),
+            jobs_left_alone: Gauge::default(),
             events_waiting: Gauge::default(),
             api_requests: Family::default(),
             api_request_duration: RequestHistograms::new_with_constructor(latency_buckets),
@@ -103,6 +107,11 @@ impl Metrics {
             );
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());
+            r.register(
+                "jobs_left_alone",
+                "DIJobs not reconciled: a status that cannot be read, or written by another controller",
+                metrics.jobs_left_alone.clone(),
+            );
             r.register("events_waiting", "Events queued and not sent yet", metrics.events_waiting.clone());
             r.register("api_requests", "Requests sent to the API server, by HTTP method", metrics.api_requests.clone());
             r.register(

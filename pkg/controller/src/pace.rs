@@ -57,7 +57,7 @@ pub fn decide(old: Option<&DIJobStatus>, new: &DIJobStatus, since_last: Option<D
 /// The conditions that are not a phase's (a phase's condition is named by its phase, and changes
 /// with it, which is judged by itself).
 fn other_conditions(s: &DIJobStatus) -> Vec<&DIJobCondition> {
-    let names_a_phase = |c: &&DIJobCondition| serde_json::from_value::<Phase>(c.type_.as_str().into()).is_ok();
+    let names_a_phase = |c: &&DIJobCondition| Phase::named(&c.type_).is_some();
     s.conditions.iter().filter(|c| !names_a_phase(c)).collect()
 }
 

@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use tracing::warn;
 
 use crate::created::Kind;
 use crate::desired;
@@ -50,6 +51,10 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
 async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> {
     if view.metadata.deletion_timestamp.is_some() {
         // Everything the job owns goes with it through garbage collection.
+        return Ok(Requeue::await_change());
+    }
+    if let Some(why) = view.left_alone() {
+        leave_alone(ctx, &view, &why);
         return Ok(Requeue::await_change());
     }
     let namespace = view.namespace().unwrap_or_default();
@@ -145,6 +150,18 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     // A periodic look catches what no watch event reports (time passing, a lost event).
     let next = [plan.requeue_after, deferred].into_iter().flatten().min();
     Ok(Requeue::requeue(next.unwrap_or(Duration::from_secs(300))))
+}
+
+/// Names a job the orchestrator does not act on (`JobView::left_alone`), and touches nothing of
+/// it: no pod, no status, no deletion. Its next change brings the next look.
+fn leave_alone(ctx: &Arc<Context>, view: &JobView, why: &str) {
+    let name = view.name_any();
+    warn!(job = %name, namespace = ?view.namespace(), "left alone: {why}");
+    let note = format!(
+        "di-orchestrator leaves this job alone: {why}. Its pods are not touched; delete it when done, \
+         or export it without its status and apply it again to run it under di-orchestrator"
+    );
+    publish(ctx, &view.object_ref(&()), &name, EventType::Warning, "LeftAlone", "Reconcile", Some(note));
 }
 
 /// Writes the status if it changed and is due (see `pace`), with an event when the phase changed;

@@ -38,8 +38,15 @@ fn fake_api_server_with(
     })
 }
 
+/// The cached view of `job`; a status it carries is one this orchestrator applied, as the API
+/// server records it.
 fn view_of(job: &DIJob) -> Arc<JobView> {
-    Arc::new(serde_json::from_str(&serde_json::to_string(job).unwrap()).unwrap())
+    let mut job = job.clone();
+    if job.status.is_some() {
+        let entry = json!({"manager": MANAGER, "operation": "Apply", "subresource": "status"});
+        job.metadata.managed_fields = Some(vec![serde_json::from_value(entry).unwrap()]);
+    }
+    Arc::new(serde_json::from_str(&serde_json::to_string(&job).unwrap()).unwrap())
 }
 
 fn context(client: Client, pods: Vec<Pod>, services: Vec<Service>) -> Arc<Context> {

@@ -202,11 +202,12 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
     builder.into()
 }
 
-/// Keeps the jobs-by-phase gauge current from the controller's own cache of DIJobs.
+/// Keeps the jobs-by-phase and left-alone gauges current from the controller's own cache of DIJobs.
 async fn count_jobs_by_phase(jobs: Store<JobView>, metrics: Arc<Metrics>) {
     const PHASES: [Phase; 5] = [Phase::Created, Phase::Running, Phase::Succeeded, Phase::Failed, Phase::Unknown];
     loop {
         let state = jobs.state();
+        metrics.jobs_left_alone.set(state.iter().filter(|j| j.left_alone().is_some()).count() as i64);
         for phase in PHASES {
             let count = state
                 .iter()

@@ -169,7 +169,12 @@ fn role_phase_conditions(
             let kind = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
             set_condition(conditions, kind, true, reason, message, now);
         }
-        Phase::Created | Phase::Unknown | Phase::Pending | Phase::Starting | Phase::Restarting => {}
+        Phase::Created
+        | Phase::Unknown
+        | Phase::Pending
+        | Phase::Starting
+        | Phase::Restarting
+        | Phase::Rescheduling => {}
     }
 }
 
