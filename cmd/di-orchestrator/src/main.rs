@@ -17,7 +17,7 @@ use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
 use di_controller::timing::timed_client;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::info;
+use tracing::{info, warn};
 
 #[derive(Parser)]
 #[command(name = "di-orchestrator", version, about = "Kubernetes orchestration of DI-engine jobs")]
@@ -171,10 +171,55 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => runtime(args.worker_threads)?.block_on(serve(*args)),
+        Command::Serve(args) => run_to_end(runtime(args.worker_threads)?, |stopped| serve(*args, stopped)),
         // One job's endpoint, next to every coordinator: one thread is plenty, and the least memory.
-        Command::Replicas(args) => runtime(1)?.block_on(replicas(args)),
+        Command::Replicas(args) => run_to_end(runtime(1)?, |stopped| replicas(args, stopped)),
     }
+}
+
+/// How long a stopping process lets its work finish (a pass, the Lease's release, answers in
+/// flight) before it exits anyway. A stop must not depend on the API server answering, nor on the
+/// caches ever syncing: a rollout or `kubectl delete pod` waits on it, and kubelet's default
+/// grace is 30 s.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `work` to its end, or until `STOP_GRACE` after SIGTERM or Ctrl-C, whichever is first.
+fn run_to_end<F>(runtime: tokio::runtime::Runtime, work: impl FnOnce(Stopped) -> F) -> anyhow::Result<()>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let result = runtime.block_on(async move {
+        let stopped = stop_signal()?;
+        tokio::select! {
+            result = work(stopped.clone()) => result,
+            () = async { until_stopped(stopped).await; tokio::time::sleep(STOP_GRACE).await } => {
+                warn!("still stopping {STOP_GRACE:?} after the signal: exiting now");
+                Ok(())
+            }
+        }
+    });
+    // A task that does not heed cancellation (a blocking lookup) must not hold the exit either.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// Becomes true on SIGTERM or Ctrl-C.
+type Stopped = tokio::sync::watch::Receiver<bool>;
+
+/// Listens for SIGTERM and Ctrl-C from the start, before anything that could wait on the API
+/// server, so a signal is never missed nor left to a handler installed later.
+fn stop_signal() -> anyhow::Result<Stopped> {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        info!("stopping");
+        let _ = stop.send(true);
+    });
+    Ok(stopped)
 }
 
 /// A tokio runtime of `threads` threads: one is tokio's current-thread runtime.
@@ -196,7 +241,7 @@ struct Probes {
     ready: Arc<AtomicBool>,
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let election = args.leader_elect.then(|| leader_config(&args)).transpose()?;
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
@@ -211,15 +256,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.probe_addr).await.context("binding the probe address")?;
     info!(addr = %listener.local_addr()?, "serving probes and metrics");
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
-        let _ = stop.send(true);
-    });
     if let Some(addr) = args.webhook.webhook_addr {
         start_webhooks(&client, &args.webhook, addr, until_stopped(stopped.clone())).await?;
     }
@@ -290,7 +326,7 @@ async fn lead(
     client: kube::Client,
     config: LeaderConfig,
     run: impl std::future::Future<Output = ()>,
-    stopped: tokio::sync::watch::Receiver<bool>,
+    stopped: Stopped,
 ) -> anyhow::Result<()> {
     let elector = Elector::start(client, config)?;
     let leadership = tokio::select! {
@@ -311,7 +347,7 @@ async fn lead(
     }
 }
 
-async fn replicas(args: ReplicasArgs) -> anyhow::Result<()> {
+async fn replicas(args: ReplicasArgs, stopped: Stopped) -> anyhow::Result<()> {
     use di_replicas::scale::Scope;
     use di_replicas::server::{Endpoint, router};
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
@@ -321,14 +357,8 @@ async fn replicas(args: ReplicasArgs) -> anyhow::Result<()> {
         .await
         .context("binding the replica endpoint")?;
     info!(addr = %listener.local_addr()?, job = %scope.job, namespace = %scope.namespace, "serving the replica endpoint");
-    let mut terminate = signal(SignalKind::terminate())?;
     axum::serve(listener, router(endpoint).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = terminate.recv() => {}
-            }
-        })
+        .with_graceful_shutdown(until_stopped(stopped))
         .await?;
     Ok(())
 }
@@ -366,7 +396,7 @@ async fn start_webhooks(
     Ok(())
 }
 
-async fn until_stopped(mut stopped: tokio::sync::watch::Receiver<bool>) {
+async fn until_stopped(mut stopped: Stopped) {
     let _ = stopped.wait_for(|stop| *stop).await;
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use backon::Retryable;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -35,27 +36,57 @@ pub async fn choose(client: &Client, choice: Choice) -> Result<Identity, Unavail
         info!("replica endpoints get a ServiceAccount, Role and RoleBinding per job (--replica-identity per-job)");
         return Ok(Identity::PerJob);
     }
-    let why_not = match has_policy_api(client).await {
-        Ok(true) => match apply_policy(client).await {
-            Ok(()) => {
-                info!(
-                    policy = SHARED,
-                    "replica endpoints run as the namespace's {SHARED}, held to their own job by the admission policy"
-                );
-                return Ok(Identity::Policy);
-            }
-            Err(e) => format!("the admission policy could not be applied: {e}"),
-        },
-        Ok(false) => {
-            "the API server has no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+)".into()
+    let why_not = match put_policy_in_force(client).await {
+        Ok(()) => {
+            info!(
+                policy = SHARED,
+                "replica endpoints run as the namespace's {SHARED}, held to their own job by the admission policy"
+            );
+            return Ok(Identity::Policy);
         }
-        Err(e) => format!("asking the API server for its admission policy API: {e}"),
+        Err(why_not) => why_not,
     };
     if choice == Choice::Policy {
         return Err(Unavailable(why_not));
     }
     warn!(reason = %why_not, "replica endpoints get a ServiceAccount, Role and RoleBinding per job");
     Ok(Identity::PerJob)
+}
+
+/// Applies the policy where the API server has its API, or says why it cannot. Only an answer
+/// decides: an API server that is restarting, overloaded or out of reach is asked again (with
+/// backoff, until the process stops), since falling back to per-job RBAC for good on a passing
+/// error would cost every later job its RBAC writes.
+async fn put_policy_in_force(client: &Client) -> Result<(), String> {
+    let once = || async {
+        if !has_policy_api(client).await? {
+            return Ok(Err(
+                "the API server has no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+)"
+                    .into(),
+            ));
+        }
+        apply_policy(client).await.map(Ok)
+    };
+    let pauses = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times();
+    let answer = once
+        .retry(pauses)
+        .when(is_transient)
+        .notify(|error, wait| warn!(%error, ?wait, "asking the API server for the admission policy; trying again"))
+        .await;
+    answer.unwrap_or_else(|e| Err(format!("the admission policy could not be applied: {e}")))
+}
+
+/// Whether asking again may get another answer: no answer at all, 429 or a server error. A 4xx
+/// (403: the orchestrator may not write the policy) is the API server's decision.
+fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
 }
 
 async fn has_policy_api(client: &Client) -> Result<bool, kube::Error> {
