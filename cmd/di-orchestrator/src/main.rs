@@ -266,9 +266,15 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         Some(namespace) => kube::Api::<di_api::DIJob>::namespaced(client.clone(), namespace),
         None => kube::Api::<di_api::DIJob>::all(client.clone()),
     };
-    jobs.list_metadata(&kube::api::ListParams::default().limit(1))
-        .await
-        .context("listing DIJobs: are the CRDs installed?")?;
+    jobs.list_metadata(&kube::api::ListParams::default().limit(1)).await.map_err(|e| match e {
+        kube::Error::Api(status) if status.code == 404 => anyhow::anyhow!(
+            "the API server serves no DIJobs under {}: the CRDs are not installed, or they are an older \
+             release's (DI-orchestrator 1.x's serve v2alpha1 alone). Apply manifests/crds/ (the README's \
+             \"Upgrading from DI-orchestrator 0.2 / 1.x\" says how for each install path)",
+            <di_api::DIJob as kube::Resource>::api_version(&())
+        ),
+        other => anyhow::Error::new(other).context("listing DIJobs"),
+    })?;
     ready.store(true, Ordering::Relaxed);
 
     let identity = di_controller::identity::choose(&client, args.replica_identity.into()).await?;

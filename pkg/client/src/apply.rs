@@ -52,8 +52,36 @@ pub async fn api_for(client: &Client, object: &DynamicObject) -> Result<Api<Dyna
 pub async fn apply(client: &Client, object: &DynamicObject, manager: &str) -> Result<DynamicObject, Error> {
     let api = api_for(client, object).await?;
     let name = object.name_any();
-    api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(object)).await.map_err(|source| {
+    let refused = |source| {
         let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
-        Error::Refused { kind, name, source }
-    })
+        Error::Refused { kind: kind.clone(), name: name.clone(), source }
+    };
+    if is_crd(object) {
+        drop_old_conversion_webhook(&api, object, manager).await.map_err(refused)?;
+    }
+    api.patch(&name, &PatchParams::apply(manager).force(), &Patch::Apply(object)).await.map_err(refused)
+}
+
+fn is_crd(object: &DynamicObject) -> bool {
+    object.types.as_ref().is_some_and(|t| t.kind == "CustomResourceDefinition")
+}
+
+/// DI-orchestrator 0.2 installed its CRDs with a conversion webhook (a Service of its own, gone
+/// with it). Applying ours takes over the strategy but not the webhook's fields, which another
+/// manager owns, and the API server refuses a webhook without the Webhook strategy. So a CRD
+/// that converts through a webhook the manifest does not name is set to no conversion first.
+async fn drop_old_conversion_webhook(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    manager: &str,
+) -> Result<(), kube::Error> {
+    let wanted = &object.data["spec"]["conversion"];
+    let Some(live) = api.get_opt(&object.name_any()).await? else { return Ok(()) };
+    let conversion = &live.data["spec"]["conversion"];
+    if conversion["strategy"] != "Webhook" || wanted["strategy"] == "Webhook" {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
+    let params = PatchParams { field_manager: Some(manager.to_owned()), ..PatchParams::default() };
+    api.patch(&object.name_any(), &params, &Patch::Merge(&patch)).await.map(drop)
 }
