@@ -1,7 +1,7 @@
 //! One pass over one job: read its world from the caches, decide (`plan`), carry the decision out
 //! (`execute`) and record the status, in the order that keeps every step safe to repeat.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,18 +78,20 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let uid = job.uid().unwrap_or_default();
     let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
     let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
-    let taken: BTreeSet<String> = pods.foreign.into_iter().chain(services.foreign).collect();
+    let predecessor = format!("held by an earlier job named {name}");
+    let taken: BTreeMap<String, String> =
+        pods.foreign.into_iter().chain(services.foreign).map(|n| (n, predecessor.clone())).collect();
     let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
     let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
     ctx.marks.overlay(&namespace, &mut services);
 
     // What the caches show, for the creations they have not shown yet (created.rs).
-    let cached_pods: BTreeSet<String> = pods.iter().map(|p| p.name_any()).chain(taken.iter().cloned()).collect();
+    let cached_pods: BTreeSet<String> = pods.iter().map(|p| p.name_any()).chain(taken.keys().cloned()).collect();
     let cached_services: BTreeSet<String> =
-        services.iter().map(|s| s.name_any()).chain(taken.iter().cloned()).collect();
+        services.iter().map(|s| s.name_any()).chain(taken.keys().cloned()).collect();
 
     let (aggregator_config, missing) = aggregator_config(ctx, &job);
-    let world = World {
+    let mut world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
         taken,
@@ -104,6 +106,14 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
             return Ok(Requeue::await_change());
         }
     };
+    // A name another job's pod or Service holds would be "created" by finding it, and this job
+    // would run without that replica. Such names (rare: two jobs whose names collide) are
+    // decided again as taken, so the job shows who holds them.
+    let held = held_elsewhere(ctx, &namespace, &uid, &plan.actions);
+    if !held.is_empty() {
+        world.taken.extend(held);
+        plan = plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff)?;
+    }
 
     // What this process created and its caches do not show yet exists: creating it again would
     // only be refused. Until the caches catch up, the status would describe a world without it.
@@ -206,6 +216,44 @@ fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, O
         }
         None => (None, Some(format!("{namespace}/{name}"))),
     }
+}
+
+/// The names `actions` would create that a cached pod or Service of another owner holds, with
+/// the job that holds each (by its label).
+fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action]) -> BTreeMap<String, String> {
+    use crate::view::JobMember;
+    fn holder<K: JobMember + Resource<DynamicType = ()> + Clone>(
+        store: &kube::runtime::reflector::Store<K>,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Option<String> {
+        let found = store.get(&ObjectRef::new(name).within(namespace))?;
+        (found.owner() != Some(uid)).then(|| match found.job() {
+            Some(job) => format!("held by job {job}"),
+            None => "held by an object no job owns".to_owned(),
+        })
+    }
+    let mut held = BTreeMap::new();
+    for action in actions {
+        let found = match action {
+            Action::CreatePod(pod) => {
+                let name = pod.name_any();
+                holder(&ctx.pods, namespace, &name, uid)
+                    .or_else(|| holder(&ctx.services, namespace, &name, uid))
+                    .map(|h| (name, h))
+            }
+            Action::CreateService(service) => {
+                let name = service.name_any();
+                holder(&ctx.services, namespace, &name, uid)
+                    .or_else(|| holder(&ctx.pods, namespace, &name, uid))
+                    .map(|h| (name, h))
+            }
+            _ => None,
+        };
+        held.extend(found);
+    }
+    held
 }
 
 /// Whether the plan creates a coordinator for a job that has had one: its status says so.

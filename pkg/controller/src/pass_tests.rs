@@ -294,6 +294,30 @@ async fn a_job_submitted_again_ignores_its_predecessors_objects() {
 }
 
 #[tokio::test]
+async fn a_name_another_job_holds_is_shown_never_found_as_ours() {
+    // Task `collector` of job `job` (pods `job-collector-<i>`) and a role job's collectors collide:
+    // here another job's pod and Service named `job-collector-0`, under that job's label.
+    let job = job(1, "Running", Some(Phase::Running));
+    let (mut pods, mut services) = world(&job, |_| "Running");
+    for meta in pods.iter_mut().map(|p| &mut p.metadata).chain(services.iter_mut().map(|s| &mut s.metadata)) {
+        if meta.name.as_deref() == Some("job-collector-0") {
+            meta.labels.get_or_insert_default().insert(di_api::contract::labels::JOB_NAME.into(), "other".into());
+            meta.owner_references.iter_mut().flatten().for_each(|r| r.uid = "other-uid".into());
+        }
+    }
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+
+    assert_eq!(writes_to_objects(&recorded), Vec::<String>::new(), "nothing created over the other job's");
+    let writes = status_writes(&recorded);
+    let status = &writes.last().expect("a status write")["status"];
+    let taken = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "NamesTaken").unwrap();
+    assert_eq!(taken["status"], "True");
+    assert!(taken["message"].as_str().unwrap().contains("job-collector-0 (held by job other)"), "{taken}");
+    assert_eq!(status["collectors"], "0/1", "the other job's collector is not counted");
+}
+
+#[tokio::test]
 async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
     let mut job = job(2, "Running", Some(Phase::Running));
     job.spec.suspend = Some(true);

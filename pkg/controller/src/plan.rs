@@ -22,10 +22,12 @@ pub struct World<'a> {
     /// The job's own pods and services: those its UID controls.
     pub pods: Vec<&'a Pod>,
     pub services: Vec<&'a Service>,
-    /// Names of pods and services that carry the job's label but another controller, such as a
-    /// deleted predecessor's of the same name still being collected: never counted, touched, or
-    /// created over; the job waits for them to go.
-    pub taken: BTreeSet<String>,
+    /// Names the job wants that a pod or Service of another owner holds, with who holds them: a
+    /// deleted predecessor's of the same name still being collected, or another job's whose
+    /// names collide with this one's (task `b-collector` of job `a` and role job `a-b` both want
+    /// pod `a-b-collector-0`). Never counted, touched, or created over; the job waits for them
+    /// to go, and says so (condition NamesTaken).
+    pub taken: BTreeMap<String, String>,
     /// The AggregatorConfig, when the job's learners need one and it exists.
     pub aggregator_config: Option<&'a AggregatorConfig>,
     /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
@@ -145,8 +147,8 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         let mut failed_aggregators = BTreeSet::new();
         for replica in &wanted {
             let pod_name = replica.name();
-            if world.taken.contains(&pod_name) {
-                facts.names_taken.push(pod_name);
+            if let Some(holder) = world.taken.get(&pod_name) {
+                facts.names_taken.push(format!("{pod_name} ({holder})"));
                 continue;
             }
             let service = services.get(&pod_name).copied();

@@ -121,8 +121,7 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
 
     if !facts.names_taken.is_empty() || conditions.iter().any(|c| c.type_ == NAMES_TAKEN) {
         let message = format!(
-            "waiting for objects of another owner to be deleted (a job of the same name deleted \
-             before this one was created?): {}",
+            "waiting for names another owner holds to be free (that owner's objects deleted): {}",
             facts.names_taken.join(", ")
         );
         let taken = !facts.names_taken.is_empty();

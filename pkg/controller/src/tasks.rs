@@ -106,18 +106,22 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_pod(pod, Why::Rebuilt));
             }
         }
-        if service.is_none() {
+        // Without its own Service no pod's name resolves: none starts while another holds it.
+        let service_held = world.taken.get(&service_name);
+        if let Some(holder) = service_held {
+            facts.names_taken.push(format!("{service_name} ({holder})"));
+        } else if service.is_none() {
             actions.push(Action::CreateService(Box::new(wanted.service.clone())));
         }
         // Pods are created only into a world of the current peer set; under `restartPolicy: Job`
         // only once every pod of the last round is gone.
         let round_ending = policy == JobRestartPolicy::Job
             && (restart_all || world.pods.iter().any(|p| is_terminating(p) || pod_phase(p) == "Failed"));
-        let blocked = old_peers || round_ending;
+        let blocked = old_peers || round_ending || service_held.is_some();
         for task_pod in &wanted.pods {
             let name = &task_pod.member.pod;
-            if world.taken.contains(name) {
-                facts.names_taken.push(name.clone());
+            if let Some(holder) = world.taken.get(name) {
+                facts.names_taken.push(format!("{name} ({holder})"));
             } else if pods.contains_key(name) || blocked {
                 continue;
             } else if let Some(wait) = wait {
