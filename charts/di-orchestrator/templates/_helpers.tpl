@@ -96,6 +96,12 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["diengine.opendilab.org"]
   resources: ["dijobs/status"]
   verbs: ["get", "patch"]
+# Every object of a job names the job as its controller with blockOwnerDeletion; the admission
+# plugin OwnerReferencesPermissionEnforcement (on in OpenShift) allows that only to whoever may
+# update the job's finalizers.
+- apiGroups: ["diengine.opendilab.org"]
+  resources: ["dijobs/finalizers"]
+  verbs: ["update"]
 {{- if not .Values.watchNamespace }}
 - apiGroups: ["diengine.opendilab.org"]
   resources: ["aggregatorconfigs"]

@@ -131,6 +131,48 @@ fn coordinator_pod_carries_the_replica_endpoint() {
     assert_eq!(service_ports(coordinator), vec![("di-port".into(), 22273), ("di-replicas".into(), 22280)]);
 }
 
+/// The sidecar of a coordinator pod whose template has `pod_security` at pod level, and the pod.
+fn sidecar_with(pod_security: serde_json::Value) -> (k8s_openapi::api::core::v1::Container, Pod) {
+    let template =
+        json!({"spec": {"securityContext": pod_security, "containers": [{"name": "di-container", "image": "ding"}]}});
+    let replicas =
+        desired::replicas(&job(0, 0, json!({"coordinator": {"template": template}})), None, &Settings::default());
+    let pod = replicas.unwrap().remove(0).pod;
+    let sidecar = pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0].clone();
+    assert_eq!(sidecar.name, "di-replicas");
+    (sidecar, pod)
+}
+
+#[test]
+fn the_sidecar_meets_pod_security_restricted_and_leaves_the_users_containers_alone() {
+    let (sidecar, pod) = sidecar_with(json!({}));
+    let context = sidecar.security_context.expect("the sidecar has a security context");
+    // Each field `restricted` checks on a container.
+    assert_eq!(context.allow_privilege_escalation, Some(false));
+    let capabilities = context.capabilities.expect("capabilities");
+    assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(capabilities.add, None);
+    assert_eq!(context.run_as_non_root, Some(true));
+    assert_eq!(context.run_as_user, Some(desired::SIDECAR_USER));
+    assert_ne!(desired::SIDECAR_USER, 0);
+    assert_eq!(context.seccomp_profile.expect("seccomp profile").type_, "RuntimeDefault");
+    assert_eq!(context.privileged, None);
+    // Set on the container only: neither the pod nor the user's containers change.
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.security_context.unwrap_or_default(), Default::default());
+    assert!(spec.containers.iter().all(|c| c.security_context.is_none()));
+}
+
+#[test]
+fn the_sidecar_runs_as_the_pods_own_non_root_user() {
+    let (sidecar, _) = sidecar_with(json!({"runAsUser": 1000, "runAsNonRoot": true}));
+    assert_eq!(sidecar.security_context.unwrap().run_as_user, None, "it inherits the pod's 1000");
+    // A pod that runs as root would make the sidecar's runAsNonRoot fail its start.
+    let (sidecar, pod) = sidecar_with(json!({"runAsUser": 0}));
+    assert_eq!(sidecar.security_context.unwrap().run_as_user, Some(desired::SIDECAR_USER));
+    assert_eq!(pod.spec.unwrap().security_context.unwrap().run_as_user, Some(0), "the pod's own is kept");
+}
+
 #[test]
 fn a_template_service_account_is_kept_and_bound() {
     let extra = json!({"coordinator": {"template": {"spec": {"serviceAccountName": "mine", "containers": [{"name": "c", "image": "i"}]}}}});

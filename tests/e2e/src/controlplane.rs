@@ -1,5 +1,6 @@
-//! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, admission webhooks)
-//! and kube-controller-manager (garbage collection, namespaces, service accounts), on free ports
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, admission webhooks,
+//! the default admission plugins with Pod Security, and OpenShift's owner reference check) and
+//! kube-controller-manager (garbage collection, namespaces, service accounts), on free ports
 //! with throwaway certificates. Stopping it, dropping it, or the next start after a crash leaves
 //! no process behind.
 
@@ -87,6 +88,9 @@ impl ControlPlane {
                 format!("--service-account-signing-key-file={}", pki.sa_private_key.display()),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--authorization-mode=RBAC".into(),
+                // Besides the default plugins (PodSecurity among them), OpenShift's check that
+                // whoever sets blockOwnerDeletion on a reference may update the owner's finalizers.
+                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
                 // A loopback address cannot be the endpoint of the `kubernetes` Service.
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),

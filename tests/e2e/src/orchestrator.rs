@@ -280,7 +280,7 @@ pub async fn pod_kubeconfig(cluster: &TestCluster, namespace: &str, pod: &str) -
 }
 
 /// A kubeconfig for a ServiceAccount's token (bound to an object when given), beside the admin one.
-async fn service_account_kubeconfig(
+pub async fn service_account_kubeconfig(
     cluster: &TestCluster,
     sa_namespace: &str,
     sa: &str,

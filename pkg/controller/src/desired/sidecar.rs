@@ -7,13 +7,19 @@ use std::collections::BTreeMap;
 use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, env, names};
 use di_api::resources::replica_port;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SecurityContext,
+    Capabilities, Container, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::identity::default_account;
 use super::{BuildError, Builder, Replica, container_port, inject_env, service_port};
+
+/// The UID the sidecar runs as when the pod names none: the image's own user (`USER` in the
+/// Dockerfile and kind/images/build.sh), stated so a kubelet can check `runAsNonRoot` whatever image
+/// `--replicas-image` names.
+pub const SIDECAR_USER: i64 = 65532;
 
 /// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
 pub(super) fn server_url(job: &str, namespace: &str) -> String {
@@ -42,6 +48,12 @@ impl Builder<'_> {
         inject_env(&mut sidecar, &self.common_env(&name));
         let mut replica = self.replica(Role::Coordinator, None, name, template, vec![(env::COORDINATOR_URL, url)]);
         let spec = replica.pod.spec.as_mut().expect("built pods have a spec");
+        // A non-root UID the pod chose is kept for the sidecar too (a platform may assign one
+        // from a range); none, or root, would fail the sidecar's runAsNonRoot.
+        let pod_user = spec.security_context.as_ref().and_then(|c| c.run_as_user);
+        if pod_user.is_none_or(|uid| uid == 0) {
+            sidecar.security_context.get_or_insert_default().run_as_user = Some(SIDECAR_USER);
+        }
         // A template's own account is kept (and bound by `rbac`); otherwise the namespace's
         // shared one or the job's (`identity`).
         if spec.service_account_name.as_deref().is_none_or(str::is_empty) {
@@ -89,10 +101,14 @@ impl Builder<'_> {
                 limits: Some(BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))])),
                 ..Default::default()
             }),
+            // Pod Security's `restricted` profile, on this container alone: a namespace that
+            // enforces it admits the pod when the user's own containers comply.
             security_context: Some(SecurityContext {
                 run_as_non_root: Some(true),
                 read_only_root_filesystem: Some(true),
                 allow_privilege_escalation: Some(false),
+                capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
+                seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }),
                 ..Default::default()
             }),
             ..Default::default()
