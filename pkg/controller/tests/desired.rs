@@ -153,7 +153,8 @@ fn the_sidecar_meets_pod_security_restricted_and_leaves_the_users_containers_alo
     assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
     assert_eq!(capabilities.add, None);
     assert_eq!(context.run_as_non_root, Some(true));
-    assert_eq!(context.run_as_user, Some(desired::SIDECAR_USER));
+    // No UID where the pod names none: the image's own user, or one a platform assigns.
+    assert_eq!(context.run_as_user, None);
     assert_ne!(desired::SIDECAR_USER, 0);
     assert_eq!(context.seccomp_profile.expect("seccomp profile").type_, "RuntimeDefault");
     assert_eq!(context.privileged, None);

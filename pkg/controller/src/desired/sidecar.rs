@@ -16,9 +16,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::identity::default_account;
 use super::{BuildError, Builder, Replica, container_port, inject_env, service_port};
 
-/// The UID the sidecar runs as when the pod names none: the image's own user (`USER` in the
-/// Dockerfile and kind/images/build.sh), stated so a kubelet can check `runAsNonRoot` whatever image
-/// `--replicas-image` names.
+/// The UID the sidecar runs as when the pod runs as root: the image's own user (`USER` in the
+/// Dockerfile and kind/images/build.sh). Where the pod names none it is left unset, so the kubelet
+/// checks `runAsNonRoot` against the image's numeric user, and a platform that assigns UIDs from
+/// a range (OpenShift's restricted SCC) may set its own.
 pub const SIDECAR_USER: i64 = 65532;
 
 /// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
@@ -48,10 +49,10 @@ impl Builder<'_> {
         inject_env(&mut sidecar, &self.common_env(&name));
         let mut replica = self.replica(Role::Coordinator, None, name, template, vec![(env::COORDINATOR_URL, url)]);
         let spec = replica.pod.spec.as_mut().expect("built pods have a spec");
-        // A non-root UID the pod chose is kept for the sidecar too (a platform may assign one
-        // from a range); none, or root, would fail the sidecar's runAsNonRoot.
+        // A non-root UID the pod chose (or none: the image's own, or the platform's) is kept for
+        // the sidecar too; root would fail the sidecar's runAsNonRoot.
         let pod_user = spec.security_context.as_ref().and_then(|c| c.run_as_user);
-        if pod_user.is_none_or(|uid| uid == 0) {
+        if pod_user == Some(0) {
             sidecar.security_context.get_or_insert_default().run_as_user = Some(SIDECAR_USER);
         }
         // A template's own account is kept (and bound by `rbac`); otherwise the namespace's
