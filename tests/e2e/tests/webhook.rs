@@ -16,11 +16,12 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patc
 use kube::runtime::wait::await_condition;
 use serde_json::json;
 
-/// The webhook configurations' name for a test's namespace: each test registers its own, so two
-/// tests never point one configuration at two orchestrators.
-fn configuration_name(namespace: &str) -> String {
-    format!("di-orchestrator-{namespace}")
-}
+/// The webhook configurations' name: the one the orchestrator's RBAC lets it write its CA into.
+const CONFIGURATION: &str = "di-orchestrator";
+
+/// Held by a test while its webhooks are registered: the tests of this file take turns with the
+/// one configuration name.
+static REGISTERED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The webhook configurations of the install manifests, pointed at a loopback URL and limited to
 /// one namespace so the rest of the suite never depends on this test's webhook.
@@ -38,7 +39,7 @@ fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json:
                        "operations": ["CREATE", "UPDATE"], "resources": ["dijobs", "aggregatorconfigs"], "scope": "Namespaced"}],
         })
     };
-    let meta = json!({"name": configuration_name(namespace)});
+    let meta = json!({"name": CONFIGURATION});
     (
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
                "webhooks": [hook("mdijob.diengine.opendilab.org", "/mutate")]}),
@@ -49,19 +50,21 @@ fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json:
 
 /// The webhooks the API server calls for one test's namespace: on kind the deployed orchestrator's
 /// (the install manifests'); on the local control plane a local orchestrator's, registered by URL
-/// under a name of the namespace's own. Dropped, they are unregistered.
+/// for that namespace alone until `unregister`.
 struct Webhooks {
     orchestrator: Option<LocalOrchestrator>,
     client: kube::Client,
     name: String,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Webhooks {
     async fn serve(cluster: &di_e2e::cluster::TestCluster, ns: &str) -> Webhooks {
         let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
         let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
+        let turn = REGISTERED.lock().await;
         let local = !di_e2e::nodes::real_nodes();
-        let name = if local { configuration_name(ns) } else { "di-orchestrator".into() };
+        let name = CONFIGURATION.to_owned();
         let mut orchestrator = None;
         if local {
             let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -69,11 +72,7 @@ impl Webhooks {
             let apply = PatchParams::apply(MANAGER).force();
             mutating_api.patch(&name, &apply, &Patch::Apply(&mutating)).await.unwrap();
             validating_api.patch(&name, &apply, &Patch::Apply(&validating)).await.unwrap();
-            let args = [
-                format!("--webhook-addr=127.0.0.1:{port}"),
-                "--webhook-hosts=127.0.0.1".into(),
-                format!("--webhook-configuration={name}"),
-            ];
+            let args = [format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-hosts=127.0.0.1".into()];
             orchestrator = Some(Box::pin(LocalOrchestrator::start_with(cluster, ns, "", &args)).await);
         }
         // The orchestrator writes its CA into both configurations.
@@ -92,7 +91,7 @@ impl Webhooks {
             await_condition(validating_api.clone(), &name, validating_bundled).await.unwrap();
         };
         within(Duration::from_secs(60), "the CA bundle in the webhook configurations", both).await;
-        Webhooks { orchestrator, client: cluster.client.clone(), name }
+        Webhooks { orchestrator, client: cluster.client.clone(), name, _turn: turn }
     }
 
     fn log(&self) -> String {
@@ -227,8 +226,9 @@ async fn every_example_read_back_under_either_version_applies_again() {
                 assert_eq!(read["apiVersion"], format!("diengine.opendilab.org/{version}"), "{file}");
                 let exported = exported(read);
                 kubectl(&["delete", "dijob", name, "-n", &ns, "--wait=true"]);
-                let saved = std::env::temp_dir().join(format!("{ns}-{name}-{version}.yaml"));
-                std::fs::write(&saved, serde_yaml::to_string(&exported).unwrap()).unwrap();
+                // Saved as JSON: a YAML writer of ours could quote differently from kubectl's.
+                let saved = std::env::temp_dir().join(format!("{ns}-{name}-{version}.json"));
+                std::fs::write(&saved, exported.to_string()).unwrap();
                 kubectl(&["apply", "-n", &ns, "-f", saved.to_str().unwrap()]);
                 let again = jobs.get(name).await.unwrap();
                 assert_eq!(
