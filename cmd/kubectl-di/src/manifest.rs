@@ -140,7 +140,12 @@ fn check_document(number: usize, several: bool, doc: &Value) -> anyhow::Result<(
             check_api_version(doc, &DIJOB_VERSIONS).with_context(|| what.clone())?;
             let mut job: DIJob = typed(doc).with_context(|| format!("{what} cannot be read"))?;
             di_api::defaults::default_dijob(&mut job);
-            di_api::validation::validate_dijob(&job).map_err(|e| anyhow!("{what} is invalid: {e}"))
+            di_api::validation::validate_dijob(&job).map_err(|e| anyhow!("{what} is invalid: {e}"))?;
+            // As kubectl shows the webhook's admission warnings.
+            for warning in di_api::validation::warnings(&job) {
+                eprintln!("Warning: {what}: {warning}");
+            }
+            Ok(())
         }
         "AggregatorConfig" => {
             check_api_version(doc, &[&AggregatorConfig::api_version(&())]).with_context(|| what.clone())?;

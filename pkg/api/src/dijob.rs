@@ -109,7 +109,8 @@ pub struct DIJobSpec {
 
     /// How many times each collector, learner and aggregator is replaced after its pod fails
     /// (with exponential backoff). Past the limit the replica stays failed and the job gets a
-    /// RestartLimitExceeded condition. Unset means no limit.
+    /// RestartLimitExceeded condition. Unset means no limit. Only a pod with `restartPolicy:
+    /// Never` fails; the count starts again when the job is suspended or the replica scaled away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_limit: Option<i32>,
 

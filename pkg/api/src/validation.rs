@@ -138,6 +138,33 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
     }
 }
 
+/// What a valid, defaulted job asks for that will not happen as it reads: said back on apply as
+/// admission warnings (and by `kubectl di create`), never a refusal.
+pub fn warnings(job: &DIJob) -> Vec<String> {
+    let spec = &job.spec;
+    let mut said = vec![];
+    if spec.restart_limit.is_some() {
+        // A failed pod is what restartLimit counts; a pod that restarts its containers in place
+        // never fails, so its replacements, and the limit, never come.
+        let roles = [
+            ("spec.collector", spec.collector.as_ref().map(|c| &c.template)),
+            ("spec.learner", spec.learner.as_ref().map(|l| &l.template)),
+        ];
+        for (path, template) in roles {
+            let Some(template) = template else { continue };
+            let policy = template.spec.as_ref().and_then(|s| s.restart_policy.as_deref()).unwrap_or("Always");
+            if policy != "Never" {
+                said.push(format!(
+                    "spec.restartLimit: counts pods that fail, and {path}.template.spec.restartPolicy is {policy:?} \
+                     (Kubernetes' default when unset), so the kubelet restarts its containers in place and its pods \
+                     never fail: set restartPolicy: Never on that template for restartLimit to act"
+                ));
+            }
+        }
+    }
+    said
+}
+
 /// Validates an update: the new object as on create, plus what may not change on a live job.
 pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationErrors> {
     let mut errs = Errors(validate_dijob(new).err().map(|e| e.0).unwrap_or_default());

@@ -154,3 +154,28 @@ fn invalid_example_names_every_problem() {
         ]
     );
 }
+
+/// restartLimit counts failed pods; a template that restarts in place never fails one, and the
+/// webhook says so (a warning, not a refusal). The examples heed their own advice.
+#[test]
+fn a_restart_limit_over_pods_that_restart_in_place_is_warned_about() {
+    let mut job = common::valid_job();
+    job.spec.restart_limit = Some(3);
+    default_dijob(&mut job);
+    let said = di_api::validation::warnings(&job);
+    assert!(!said.is_empty(), "the collectors' pods default to restartPolicy Always");
+    assert!(
+        said.iter().all(|w| w.starts_with("spec.restartLimit: ") && w.contains("restartPolicy: Never")),
+        "{said:?}"
+    );
+    let (collector, learner) = (job.spec.collector.as_mut().unwrap(), job.spec.learner.as_mut().unwrap());
+    for template in [&mut collector.template, &mut learner.template] {
+        template.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    }
+    assert_eq!(di_api::validation::warnings(&job), Vec::<String>::new());
+    for name in ["cartpole-dqn.yaml", "demo.yaml", "multi-gpu-learner.yaml", "ditask-cartpole.yaml"] {
+        let mut job = example_job(name);
+        default_dijob(&mut job);
+        assert_eq!(di_api::validation::warnings(&job), Vec::<String>::new(), "{name}");
+    }
+}

@@ -134,6 +134,7 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
     if matches!(request.operation, Operation::Delete | Operation::Connect) {
         return AdmissionResponse::from(request);
     }
+    let mut warnings = vec![];
     let outcome: Result<(), ValidationErrors> = match kind_of(request) {
         None => return unsupported(request),
         Some(Kind::DIJob) => {
@@ -144,6 +145,7 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
                 Err(denial) => return *denial,
             };
             default_dijob(&mut job);
+            warnings = di_api::validation::warnings(&job);
             if request.operation == Operation::Update {
                 match parse::<DIJob>(request, request.old_object.as_ref(), "old object") {
                     Ok(mut old) => {
@@ -169,7 +171,11 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
         },
     };
     match outcome {
-        Ok(()) => AdmissionResponse::from(request),
+        Ok(()) => {
+            let mut response = AdmissionResponse::from(request);
+            response.warnings = (!warnings.is_empty()).then_some(warnings);
+            response
+        }
         Err(errors) => deny(request, 422, "Invalid", errors.to_string()),
     }
 }

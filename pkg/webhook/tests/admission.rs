@@ -280,3 +280,18 @@ async fn v2alpha1_takes_a_role_job_and_never_refuses_a_write_that_keeps_the_spec
     let response = answer("/validate", as_v2(review("UPDATE", "DIJob", finalized, Some(old)))).await;
     assert_eq!(response["allowed"], true, "{response}");
 }
+
+/// A job the webhook lets through but that will not do what it reads is answered with an
+/// admission warning, which kubectl prints.
+#[tokio::test]
+async fn a_restart_limit_that_cannot_act_is_warned_about() {
+    let mut job = minimal_job();
+    job["spec"]["restartLimit"] = json!(2);
+    let response = answer("/validate", review("CREATE", "DIJob", job.clone(), None)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warnings = response["warnings"].as_array().expect("warnings");
+    assert!(warnings[0].as_str().unwrap().contains("spec.collector.template.spec.restartPolicy"), "{response}");
+    job["spec"]["collector"]["template"]["spec"]["restartPolicy"] = json!("Never");
+    let response = answer("/validate", review("CREATE", "DIJob", job, None)).await;
+    assert!(response.get("warnings").is_none_or(|w| w.is_null()), "{response}");
+}
