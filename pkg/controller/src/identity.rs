@@ -115,6 +115,52 @@ async fn apply_policy(client: &Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
+/// Keeps the policy and its binding as the orchestrator applies them, for as long as it runs: the
+/// two are what holds every coordinator's sidecar to its own job, so one deleted or edited (a
+/// cleanup script, `kubectl edit`) is put back within about a second of the change.
+pub async fn keep_policy(client: Client) {
+    use futures::StreamExt;
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().fields(&format!("metadata.name={SHARED}"));
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    let changes = futures::stream::select(
+        watcher(policies.clone(), config.clone()).default_backoff().map(|e| e.map(drop)),
+        watcher(bindings.clone(), config).default_backoff().map(|e| e.map(drop)),
+    );
+    let mut changes = std::pin::pin!(changes);
+    while let Some(change) = changes.next().await {
+        if let Err(error) = change {
+            warn!(%error, "watching the admission policy {SHARED}");
+            continue;
+        }
+        for restored in [put_back(&policies, policy()).await, put_back(&bindings, policy_binding()).await] {
+            if let Err(error) = restored {
+                // The watch's next event, or its relist after an error, brings another try.
+                warn!(%error, "restoring the admission policy {SHARED}");
+            }
+        }
+    }
+}
+
+/// Writes `desired` over whatever is stored under its name, by a whole update: an apply would
+/// keep another manager's entries in a set (`validationActions: [Warn]` beside our `Deny`). An
+/// update that changes nothing is no write (the resourceVersion stays), so this ends the loop.
+async fn put_back<K>(api: &Api<K>, mut desired: K) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let params = kube::api::PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    match api.get_opt(SHARED).await? {
+        None => api.create(&params, &desired).await.map(drop),
+        Some(live) => {
+            desired.meta_mut().resource_version = live.meta().resource_version.clone();
+            api.replace(SHARED, &params, &desired).await.map(drop)
+        }
+    }
+}
+
 fn version<K: kube::ResourceExt>(object: Option<K>) -> Option<String> {
     object.and_then(|o| o.resource_version())
 }

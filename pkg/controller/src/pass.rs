@@ -64,15 +64,13 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         Err(e) => {
             // Only a spec the API server's schema let through but the types cannot read.
             let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
-            refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await?;
-            return Ok(Requeue::await_change());
+            return refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await;
         }
     };
     default_dijob(&mut job);
 
     if let Err(errors) = validate_dijob(&job) {
-        refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}")).await?;
-        return Ok(Requeue::await_change());
+        return refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}")).await;
     }
 
     let uid = job.uid().unwrap_or_default();
@@ -101,10 +99,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     };
     let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
-        Err(e) => {
-            refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await?;
-            return Ok(Requeue::await_change());
-        }
+        Err(e) => return refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await,
     };
     // A name another job's pod or Service holds would be "created" by finding it, and this job
     // would run without that replica. Such names (rare: two jobs whose names collide) are
@@ -295,13 +290,37 @@ async fn write_status(ctx: &Context, job: &DIJob, status: &DIJobStatus) -> Resul
 /// A spec the reconciler cannot act on (possible only without the webhook): requeueing cannot fix
 /// it, so the job is left alone until it changes. A job that never started is marked Failed; one
 /// that runs keeps running as it is, on the last spec it could act on, and says why in a
-/// condition, rather than fail for good while its pods go on.
-async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<(), Error> {
+/// condition, rather than fail for good while its pods go on. Its coordinator's end is still
+/// recorded and cleaned up after (`plan::finish_held`).
+async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<Requeue, Error> {
     let phase = job.status.as_ref().and_then(|s| s.phase);
-    match phase {
-        None => mark_failed(ctx, job, reason, message).await,
-        Some(phase) if phase.is_finished() => Ok(()),
-        Some(_) => hold(ctx, job, reason, message).await,
+    if phase.is_none() {
+        mark_failed(ctx, job, reason, message).await?;
+        return Ok(Requeue::await_change());
+    }
+    let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
+    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
+    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
+    let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
+    let services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+    let world = World {
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        taken: BTreeMap::new(),
+        aggregator_config: None,
+        missing_aggregator_config: None,
+        now: Timestamp::now(),
+    };
+    match plan::finish_held(job, &world) {
+        Some(plan) => {
+            record_status(ctx, job, &plan.status).await?;
+            execute(ctx, job, &plan.actions).await?;
+            Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+        }
+        None => {
+            hold(ctx, job, reason, message).await?;
+            Ok(Requeue::await_change())
+        }
     }
 }
 

@@ -115,11 +115,14 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let mut requeue: Option<Duration> = None;
     let mut requeue_at = |d: Duration| requeue = Some(requeue.map_or(d, |r| r.min(d)));
 
-    let phase = if job.spec.is_suspended() && !previous.is_some_and(Phase::is_finished) {
+    // A coordinator that has already ended decides the job even as it is suspended: its exit is
+    // recorded (and the cleanup follows) before suspend could delete the pod that shows it.
+    let observed = status::job_phase(previous, coordinator);
+    let phase = if job.spec.is_suspended() && !observed.is_finished() {
         facts.suspended = true;
         Phase::Created
     } else {
-        status::job_phase(previous, coordinator)
+        observed
     };
     facts.phase = Some(phase);
     facts.phase_reason = phase_reason(phase, coordinator);
@@ -261,6 +264,35 @@ impl Plan {
             _ => self.actions.push(Action::DeleteJob),
         }
     }
+}
+
+/// A started role job whose spec cannot be acted on (it became invalid without the webhook) is
+/// held as it runs, but its coordinator's end is still its end: recorded, cleaned up by the
+/// clean pod policy, its TTL counted. `None` while the coordinator has not ended.
+pub fn finish_held(job: &DIJob, world: &World) -> Option<Plan> {
+    let previous = job.status.as_ref().and_then(|s| s.phase);
+    if job.spec.is_task_job() {
+        return None;
+    }
+    if previous.is_some_and(Phase::is_finished) {
+        // Recorded already: only its TTL is left to count.
+        let mut plan = Plan { status: job.status.clone().unwrap_or_default(), actions: vec![], requeue_after: None };
+        plan.expire(job, world.now);
+        return Some(plan);
+    }
+    let coordinator = world.pods.iter().copied().find(|p| p.name_any() == names::coordinator(&job.name_any()));
+    let phase = status::job_phase(previous, coordinator);
+    if !phase.is_finished() {
+        return None;
+    }
+    let facts = Facts { phase: Some(phase), phase_reason: phase_reason(phase, coordinator), ..Facts::default() };
+    let mut actions = cleanup(job, world);
+    // Whichever identity it had: deleting a per-job identity that was never made is a no-op.
+    actions.push(Action::DeleteRbac);
+    let status = status::compute(job, &world.pods, &facts, world.now);
+    let mut plan = Plan { status, actions, requeue_after: None };
+    plan.expire(job, world.now);
+    Some(plan)
 }
 
 fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {

@@ -173,6 +173,9 @@ pub async fn run(
         move |config: AggregatorConfig| jobs_using(&jobs.state(), &config, &settings)
     };
     let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
+    // Only while this replica reconciles (leads): one keeper at a time.
+    let keeper = (context.settings.identity == crate::identity::Identity::Policy)
+        .then(|| tokio::spawn(crate::identity::keep_policy(client.clone())));
     controller
         .with_config(config)
         .watches_stream(pod_stream, job_of)
@@ -187,6 +190,9 @@ pub async fn run(
         })
         .await;
     gauges.abort();
+    if let Some(keeper) = keeper {
+        keeper.abort();
+    }
 }
 
 /// How a watch that failed waits before it tries again: from 200 ms up to 5 s, reset by any event.

@@ -336,6 +336,53 @@ fn suspend_deletes_everything_and_resume_recreates() {
 }
 
 #[test]
+fn suspend_never_deletes_a_coordinator_that_ended_before_its_end_is_recorded() {
+    // The coordinator succeeded, and the job was suspended before any pass recorded it.
+    let suspended = with_status(
+        job(2, 0, json!({"suspend": true})),
+        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
+    );
+    let (pods, services) =
+        world_of(&suspended, |name| Some(if name == "job-coordinator" { "Succeeded" } else { "Running" }));
+    let plan = decide(&suspended, &pods, &services, now());
+    assert_eq!(plan.status.phase, Some(Phase::Succeeded));
+    // The cleanup of a finished job (cleanPodPolicy Running): the running collectors go, the
+    // coordinator that shows the outcome stays.
+    let gone: Vec<String> = deleted(&plan.actions).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(gone, ["job-collector-0", "job-collector-1"]);
+    assert!(deleted(&plan.actions).iter().all(|(_, why)| *why == Why::Cleanup));
+}
+
+#[test]
+fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
+    // Edited into an invalid spec without the webhook: the job is held, but its coordinator ended.
+    let held = with_status(
+        job(1, 0, json!({"ttlSecondsAfterFinished": 30})),
+        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
+    );
+    let (pods, services) = world_of(&held, |name| Some(if name == "job-coordinator" { "Failed" } else { "Running" }));
+    let world = World {
+        pods: pods.iter().collect(),
+        services: services.iter().collect(),
+        taken: Default::default(),
+        aggregator_config: None,
+        missing_aggregator_config: None,
+        now: now(),
+    };
+    let plan = di_controller::plan::finish_held(&held, &world).expect("the coordinator's end is recorded");
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    let gone: Vec<String> = deleted(&plan.actions).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(gone, ["job-collector-0"], "cleanPodPolicy Running: the failed coordinator stays for its logs");
+    assert!(plan.actions.contains(&Action::DeleteRbac));
+    assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)), "its TTL counts");
+
+    // While the coordinator runs, the job is held as it is.
+    let (pods, _) = world_of(&held, |_| Some("Running"));
+    let world = World { pods: pods.iter().collect(), ..world };
+    assert!(di_controller::plan::finish_held(&held, &world).is_none());
+}
+
+#[test]
 fn an_aggregator_failure_replaces_its_ddp_learners_too() {
     let settings = Settings { max_gpus_per_pod: 2, ..Settings::default() };
     let job = job(0, 1, json!({"learner": {"gpus": 4}}));

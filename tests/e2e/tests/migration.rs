@@ -51,9 +51,11 @@ fn old_crd(version: &str, webhook: bool) -> Value {
 /// client-side); every DIJob goes with the old CRD.
 async fn install_old(cluster: &TestCluster, crd: &Value) {
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    if crds.get_opt(CRD).await.unwrap().is_some() {
+    if let Some(current) = crds.get_opt(CRD).await.unwrap() {
         crds.delete(CRD, &DeleteParams::default()).await.unwrap();
-        let gone = await_condition(crds.clone(), CRD, conditions::is_deleted(""));
+        // Gone, not only terminating: a CRD waits for its objects to be deleted first.
+        let uid = current.uid().unwrap();
+        let gone = await_condition(crds.clone(), CRD, conditions::is_deleted(&uid));
         within(WAIT, "the CRD to be deleted", gone).await.unwrap();
     }
     let file = std::env::temp_dir().join(format!("old-crd-{}.json", std::process::id()));
