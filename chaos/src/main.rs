@@ -2,7 +2,7 @@
 //! a table of what every fault lost, which must be nothing: a kill -9 of the orchestrator again
 //! and again, the API server and etcd restarted, a frozen leader, concurrent scale requests whose
 //! clients hang up, a job submitted again over its predecessor's pods, a coordinator failing
-//! while collectors are replaced. Every fault ends with the same checks (`checks`, `world`):
+//! while collectors are replaced, the leader's webhook flooded by hostile clients. Every fault ends with the same checks (`checks`, `world`):
 //! each job in its phase with the desired counts it was given, pods and services exact, none
 //! without its job, no replica name alive twice.
 //!
@@ -14,6 +14,7 @@
 mod checks;
 mod exactly_once;
 mod faults;
+mod flood;
 mod follow;
 mod monitor;
 mod plain_http;
