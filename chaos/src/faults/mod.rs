@@ -10,6 +10,7 @@ mod leader;
 mod replicas;
 mod restart;
 mod resubmit;
+mod webhook;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,6 +33,8 @@ pub enum Fault {
     Coordinator,
     /// Two orchestrators with leader election, the leader frozen past its lease.
     Leader,
+    /// The leader's webhook flooded by slow and oversized clients.
+    Webhook,
     /// The API server killed and started again while jobs start.
     Apiserver,
     /// etcd killed and started again while jobs start.
@@ -47,12 +50,13 @@ pub struct Finding {
 type Running = Pin<Box<dyn Future<Output = anyhow::Result<Finding>> + Send>>;
 
 impl Fault {
-    const ALL: [Fault; 7] = [
+    const ALL: [Fault; 8] = [
         Fault::Kill9,
         Fault::Replicas,
         Fault::Resubmit,
         Fault::Coordinator,
         Fault::Leader,
+        Fault::Webhook,
         Fault::Apiserver,
         Fault::Etcd,
     ];
@@ -64,6 +68,7 @@ impl Fault {
             Fault::Resubmit => resubmit::TITLE,
             Fault::Coordinator => coordinator::TITLE,
             Fault::Leader => leader::TITLE,
+            Fault::Webhook => webhook::TITLE,
             Fault::Apiserver => apiserver::TITLE,
             Fault::Etcd => etcd::TITLE,
         }
@@ -77,6 +82,7 @@ impl Fault {
             Fault::Resubmit => resubmit::LOAD,
             Fault::Coordinator => coordinator::LOAD,
             Fault::Leader => leader::LOAD,
+            Fault::Webhook => webhook::LOAD,
             Fault::Apiserver | Fault::Etcd => restart::LOAD,
         }
     }
@@ -85,6 +91,8 @@ impl Fault {
     fn limit(self) -> Duration {
         Duration::from_secs(match self {
             Fault::Resubmit | Fault::Apiserver | Fault::Etcd => 600,
+            // Setup, 5 s calm, 30 s of flood.
+            Fault::Webhook => 180,
             _ => 420,
         })
     }
@@ -96,6 +104,7 @@ impl Fault {
             Fault::Resubmit => Box::pin(async move { resubmit::run(&plane).await }),
             Fault::Coordinator => Box::pin(async move { coordinator::run(&plane).await }),
             Fault::Leader => Box::pin(async move { leader::run(&plane).await }),
+            Fault::Webhook => Box::pin(async move { webhook::run(&plane).await }),
             Fault::Apiserver => Box::pin(async move { apiserver::run(&plane).await }),
             Fault::Etcd => Box::pin(async move { etcd::run(&plane).await }),
         }

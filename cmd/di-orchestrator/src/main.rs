@@ -62,7 +62,7 @@ struct ServeArgs {
     #[arg(long, env = "DI_PROBE_ADDR", default_value = "0.0.0.0:8080")]
     probe_addr: SocketAddr,
     /// Image of the replica endpoint sidecar added to every coordinator (this binary's image).
-    #[arg(long, env = "DI_REPLICAS_IMAGE", default_value = "opendilab/di-orchestrator:latest")]
+    #[arg(long, env = "DI_REPLICAS_IMAGE", default_value = di_api::contract::IMAGE)]
     replicas_image: String,
     /// GPUs one DDP learner pod may hold; larger learners are split across pods.
     #[arg(long, default_value_t = 8)]

@@ -237,7 +237,7 @@ pub struct RunArgs {
 #[derive(Args, Debug)]
 pub struct InstallArgs {
     /// Image of the orchestrator (and of its replica sidecars).
-    #[arg(long, default_value = "opendilab/di-orchestrator:latest")]
+    #[arg(long, default_value = di_api::contract::IMAGE)]
     pub image: String,
     /// Return without waiting for the webhook to answer.
     #[arg(long)]

@@ -21,6 +21,11 @@ pub const TASKS_VERSION: &str = "v2alpha1";
 /// asks the API server's discovery at start-up, which says this where our CRD is installed.
 pub const OWNER_VERSION: &str = TASKS_VERSION;
 
+/// The orchestrator's image, tagged with this build's version: what `kubectl di install`, the
+/// sidecar and the install manifests default to, so a plugin never installs another release than
+/// its own (`latest` would, and would change under a running cluster).
+pub const IMAGE: &str = concat!("opendilab/di-orchestrator:", env!("CARGO_PKG_VERSION"));
+
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
 pub mod labels {
     /// Value: the API group ([`super::GROUP`]).

@@ -56,7 +56,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            replicas_image: "opendilab/di-orchestrator:latest".into(),
+            replicas_image: di_api::contract::IMAGE.into(),
             max_gpus_per_pod: 8,
             default_aggregator_config: "di-system/aggregator-config".into(),
             cluster_domain: di_api::tasks::DEFAULT_CLUSTER_DOMAIN.into(),

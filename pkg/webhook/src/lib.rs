@@ -3,5 +3,6 @@
 
 pub mod admission;
 pub mod certs;
+pub mod limits;
 pub mod server;
 pub mod tls;

@@ -1,34 +1,76 @@
 //! The HTTP side of the webhooks: AdmissionReview in, AdmissionReview out. Garbage, oversized
 //! bodies and reviews without a request get an HTTP error or a denial with the reason, never a
-//! panic or a hang.
+//! panic or a hang; a body is read only within its lane and its deadline (`limits`).
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::DefaultBodyLimit;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 
 use crate::admission;
+use crate::limits::{Lane, Lanes, Limits};
 
-/// Largest AdmissionReview accepted. The API server refuses objects over 3 MiB, and a review
-/// carries the object and the old one.
-pub const MAX_BODY: usize = 7 * 1024 * 1024;
+pub use crate::limits::MAX_BODY;
 
 pub const MUTATE_PATH: &str = "/mutate";
 pub const VALIDATE_PATH: &str = "/validate";
 
+type Decide = fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse;
+
 pub fn router() -> Router {
-    Router::new()
-        .route(MUTATE_PATH, post(|body: Bytes| async move { review(&body, admission::mutate) }))
-        .route(VALIDATE_PATH, post(|body: Bytes| async move { review(&body, admission::validate) }))
-        .route("/healthz", get(|| async { "ok" }))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+    router_with(&Limits::default())
 }
 
-fn review(body: &[u8], decide: fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse) -> Response {
+pub fn router_with(limits: &Limits) -> Router {
+    let lanes = Lanes::new(limits);
+    let deadline = limits.request;
+    let route = |decide: Decide| {
+        let lanes = lanes.clone();
+        post(move |body: Body| async move {
+            let answer = tokio::time::timeout(deadline, answer(&lanes, body, decide));
+            answer.await.unwrap_or_else(|_| {
+                (StatusCode::REQUEST_TIMEOUT, format!("no whole AdmissionReview within {deadline:?}\n")).into_response()
+            })
+        })
+    };
+    Router::new()
+        .route(MUTATE_PATH, route(admission::mutate))
+        .route(VALIDATE_PATH, route(admission::validate))
+        .route("/healthz", get(|| async { "ok" }))
+}
+
+async fn answer(lanes: &Lanes, body: Body, decide: Decide) -> Response {
+    // Its Content-Length, as hyper read it.
+    let length = body.size_hint().exact();
+    // Refused before a byte of the body is read; hyper then closes the connection unread.
+    if length.is_some_and(|n| n > MAX_BODY as u64) {
+        return too_large();
+    }
+    let lane = Lane::of(length);
+    let _permit = lanes.enter(lane).await;
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => return too_large(),
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")).into_response(),
+    };
+    match lane {
+        Lane::Small => review(&body, decide),
+        // Parsing MiBs takes long enough to hold up the Lease's renewals on the runtime's thread.
+        Lane::Large => tokio::task::spawn_blocking(move || review(&body, decide)).await.unwrap_or_else(|e| {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("deciding the review: {e}\n")).into_response()
+        }),
+    }
+}
+
+fn too_large() -> Response {
+    (StatusCode::PAYLOAD_TOO_LARGE, format!("an AdmissionReview is at most {MAX_BODY} bytes\n")).into_response()
+}
+
+fn review(body: &Bytes, decide: Decide) -> Response {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {

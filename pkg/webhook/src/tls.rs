@@ -6,8 +6,8 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -15,8 +15,11 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
+
+use crate::limits::Limits;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -70,20 +73,44 @@ pub fn server_config(resolver: Arc<CertResolver>) -> ServerConfig {
         .expect("ring supports the default protocol versions")
         .with_no_client_auth()
         .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.1 only, as kubebuilder's webhook servers: the API server speaks it, and HTTP/2's
+    // streams would each need the deadlines HTTP/1.1's header read timeout gives for free
+    // (and bring rapid-reset floods).
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` resolves.
+/// Serves `router` over TLS on `listener` until `shutdown` resolves, within the default limits.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     resolver: Arc<CertResolver>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_with(listener, router, resolver, &Limits::default(), shutdown).await
+}
+
+/// As [`serve`], within `limits`: a connection waits for a place before it is accepted, its
+/// handshake and each request's headers have deadlines (`router_with` gives the rest of the
+/// request its own).
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    resolver: Arc<CertResolver>,
+    limits: &Limits,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let acceptor = TlsAcceptor::from(Arc::new(server_config(resolver)));
+    let places = Arc::new(Semaphore::new(limits.connections));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(limits.headers);
+    let handshake = limits.handshake;
     tokio::pin!(shutdown);
     loop {
+        let place = tokio::select! {
+            place = places.clone().acquire_owned() => place.expect("the connection semaphore is never closed"),
+            _ = &mut shutdown => return,
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -96,14 +123,16 @@ pub async fn serve(
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(router.clone());
+        let http = http.clone();
         tokio::spawn(async move {
-            // A client that never finishes its handshake must not hold a task forever.
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+            let _place = place;
+            // A client that never finishes its handshake must not hold a place for long.
+            let tls = match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => return debug!(%peer, "TLS handshake failed: {e}"),
                 Err(_) => return debug!(%peer, "TLS handshake timed out"),
             };
-            if let Err(e) = Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), service).await {
+            if let Err(e) = http.serve_connection(TokioIo::new(tls), service).await {
                 debug!(%peer, "webhook connection: {e}");
             }
         });

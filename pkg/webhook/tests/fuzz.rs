@@ -31,7 +31,8 @@ async fn post(path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
 }
 
 fn block_on<T>(future: impl Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+    // With timers: every request has a deadline.
+    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(future)
 }
 
 fn review(operation: &str, kind: &str, object: Value, old: Option<Value>) -> Value {

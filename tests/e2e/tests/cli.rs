@@ -124,7 +124,9 @@ async fn the_plugin_does_what_its_help_says() {
     );
 
     let version = ok(&kubectl_di(&s, &["version"]).await);
-    assert!(version.starts_with("kubectl-di "), "{version}");
+    assert!(version.starts_with(&format!("client: kubectl-di {}\n", env!("CARGO_PKG_VERSION"))), "{version}");
+    assert!(version.contains("\nserver: "), "{version}");
+    assert!(version.contains("crd: dijobs.diengine.opendilab.org serves v1alpha1 (stored), v2alpha1"), "{version}");
     let completion = ok(&kubectl_di(&s, &["completion", "bash"]).await);
     assert!(completion.contains("kubectl-di"), "a bash completion script");
 
@@ -139,6 +141,9 @@ async fn the_plugin_does_what_its_help_says() {
     let deployment = deployments.get("di-orchestrator").await.unwrap();
     let containers = deployment.spec.unwrap().template.spec.unwrap().containers;
     assert_eq!(containers[0].image.as_deref(), Some("example/di-orchestrator:test"));
+    let version = ok(&kubectl_di(&s, &["version"]).await);
+    assert!(version.contains("server: example/di-orchestrator:test (di-system/di-orchestrator"), "{version}");
+    assert!(version.contains("warning: the plugin is"), "another version than the plugin's is pointed out: {version}");
     let out = ok(&kubectl_di(&s, &["uninstall", "--keep-crds"]).await);
     assert!(out.contains("validatingwebhookconfiguration/di-orchestrator deleted"), "{out}");
     // And what the orchestrator made outside the manifests: the replica endpoints' policy and

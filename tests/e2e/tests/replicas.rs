@@ -147,10 +147,24 @@ fn forbidden<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> Strin
     }
 }
 
+/// Who refuses a coordinator what is not its own job's: the admission policy `di-replicas`, or
+/// RBAC where the job has an identity of its own (`<job>-replicas`).
+#[derive(Clone, Copy)]
+enum Guard {
+    Policy,
+    PerJobRbac,
+}
+
+/// Refused by RBAC (not by an admission policy or webhook), for `verb` on `resource`.
+fn by_rbac(refused: &str, verb: &str, resource: &str) {
+    let expected = format!("cannot {verb} resource \"{resource}\"");
+    assert!(refused.contains(&expected), "RBAC's {expected:?} missing: {refused}");
+}
+
 /// The coordinator's identity, in a token bound to its pod as the kubelet mounts it: it reads and
-/// patches its own job's desired counts and reads the namespace's pods; the API server refuses
-/// it another job, deletes, lists of jobs and pod writes.
-async fn enough_and_no_more(s: &Scenario) -> Api<DIJob> {
+/// patches its own job's desired counts and reads the namespace's pods; `guard` refuses it
+/// another job, and RBAC deletes, lists of jobs and pod writes.
+async fn enough_and_no_more(s: &Scenario, guard: Guard) -> Api<DIJob> {
     s.submit("mine", 1, 0, json!({})).await;
     s.submit("theirs", 0, 0, json!({})).await;
     s.wait_pods("mine", &names("mine", &["coordinator", "collector-0"])).await;
@@ -170,10 +184,25 @@ async fn enough_and_no_more(s: &Scenario) -> Api<DIJob> {
 
     let refused =
         forbidden(jobs.patch("theirs", &PatchParams::default(), &Patch::Merge(&scale)).await, "patching another job");
-    assert!(refused.contains("theirs-coordinator") || refused.contains("forbidden"), "{refused}");
-    forbidden(jobs.delete("mine", &DeleteParams::default()).await, "deleting its own job");
-    forbidden(pods.delete("mine-collector-0", &DeleteParams::default()).await, "deleting a pod");
-    forbidden(jobs.list(&Default::default()).await, "listing jobs");
+    match guard {
+        Guard::Policy => assert!(
+            refused.contains("only the coordinator pod theirs-coordinator of this DIJob may change it as di-replicas, not pod mine-coordinator"),
+            "not the admission policy's refusal: {refused}"
+        ),
+        Guard::PerJobRbac => {
+            let user = format!("User \"system:serviceaccount:{}:mine-replicas\"", s.ns);
+            assert!(refused.contains(&user), "not refused to the job's own identity: {refused}");
+            by_rbac(&refused, "patch", "dijobs");
+        }
+    }
+    by_rbac(
+        &forbidden(jobs.delete("mine", &DeleteParams::default()).await, "deleting its own job"),
+        "delete",
+        "dijobs",
+    );
+    let refused = forbidden(pods.delete("mine-collector-0", &DeleteParams::default()).await, "deleting a pod");
+    by_rbac(&refused, "delete", "pods");
+    by_rbac(&forbidden(jobs.list(&Default::default()).await, "listing jobs"), "list", "dijobs");
     jobs
 }
 
@@ -181,14 +210,25 @@ async fn enough_and_no_more(s: &Scenario) -> Api<DIJob> {
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn the_admission_policy_holds_a_coordinator_to_its_own_job() {
     let s = Scenario::new("replicas-policy").await;
-    let jobs = enough_and_no_more(&s).await;
+    let jobs = enough_and_no_more(&s, Guard::Policy).await;
     // Stronger than per-job RBAC: of its own job, only what the endpoint changes.
+    let counts_only =
+        "di-replicas may change only spec.collector.replicas, spec.learner.replicas and spec.learner.gpus";
     let template = json!({"spec": {"collector": {"template": {"metadata": {"labels": {"x": "y"}}}}}});
-    forbidden(jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&template)).await, "changing its template");
+    let refused =
+        forbidden(jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&template)).await, "changing its template");
+    assert!(refused.contains(counts_only), "{refused}");
     let restarts = json!({"spec": {"restartLimit": 99}});
-    forbidden(jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&restarts)).await, "changing its restartLimit");
+    let refused = forbidden(
+        jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&restarts)).await,
+        "changing its restartLimit",
+    );
+    assert!(refused.contains(counts_only), "{refused}");
     let label = json!({"metadata": {"labels": {"x": "y"}}});
-    forbidden(jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&label)).await, "labelling its job");
+    let refused =
+        forbidden(jobs.patch("mine", &PatchParams::default(), &Patch::Merge(&label)).await, "labelling its job");
+    let metadata = format!("di-replicas may change only the annotation {} of the metadata", annotations::REPLACE);
+    assert!(refused.contains(&metadata), "{refused}");
     // One identity for the namespace, no RBAC of the job's own.
     let pod = s.pods.get("mine-coordinator").await.unwrap();
     assert_eq!(pod.spec.unwrap().service_account_name.as_deref(), Some("di-replicas"));
@@ -206,10 +246,12 @@ async fn the_admission_policy_holds_a_coordinator_to_its_own_job() {
         panic!("only the coordinator runs as di-replicas");
     }
     let scale = json!({"spec": {"collector": {"replicas": 3}}});
-    forbidden(
+    let refused = forbidden(
         Api::<DIJob>::namespaced(collector, &s.ns).patch("mine", &PatchParams::default(), &Patch::Merge(&scale)).await,
         "a collector patching its job",
     );
+    // Its own ServiceAccount has no right to DIJobs at all.
+    by_rbac(&refused, "patch", "dijobs");
 }
 
 #[tokio::test]
@@ -222,8 +264,8 @@ async fn per_job_rbac_holds_a_coordinator_to_its_own_job() {
         return;
     }
     let s = Scenario::with_args("replicas-rbac", &["--replica-identity=per-job"]).await;
-    let jobs = enough_and_no_more(&s).await;
-    forbidden(jobs.get("theirs").await, "reading another job");
+    let jobs = enough_and_no_more(&s, Guard::PerJobRbac).await;
+    by_rbac(&forbidden(jobs.get("theirs").await, "reading another job"), "get", "dijobs");
     let pod = s.pods.get("mine-coordinator").await.unwrap();
     assert_eq!(pod.spec.unwrap().service_account_name.as_deref(), Some("mine-replicas"));
 }
