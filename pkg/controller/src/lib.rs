@@ -9,6 +9,7 @@ mod execute;
 pub mod identity;
 pub mod index;
 pub mod leader;
+pub mod lost;
 pub mod metrics;
 pub mod owner;
 pub mod pace;

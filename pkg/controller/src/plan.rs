@@ -118,14 +118,21 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     // A coordinator that has already ended decides the job even as it is suspended: its exit is
     // recorded (and the cleanup follows) before suspend could delete the pod that shows it.
     let observed = status::job_phase(previous, coordinator);
+    let lost = crate::lost::lost(job, previous, coordinator, services.get(&coordinator_name).copied());
+    let past_limit = lost.as_ref().and_then(|l| l.over_limit.clone());
     let phase = if job.spec.is_suspended() && !observed.is_finished() {
         facts.suspended = true;
         Phase::Created
+    } else if past_limit.is_some() {
+        Phase::Failed
     } else {
         observed
     };
     facts.phase = Some(phase);
-    facts.phase_reason = phase_reason(phase, coordinator);
+    facts.phase_reason = match past_limit {
+        Some(message) => ("CoordinatorLost".into(), message),
+        None => phase_reason(phase, coordinator),
+    };
 
     if phase.is_finished() {
         actions.extend(cleanup(job, world));
@@ -159,6 +166,19 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(Action::CreateService(Box::new(replica.service.clone())));
             }
             let restarts = service.map_or(0, restarts_of);
+            if replica.role == Role::Coordinator
+                && let Some(lost) = lost.as_ref().filter(|l| !l.counted)
+            {
+                // No backoff: the job waits on its coordinator.
+                let service_uid = service.and_then(|s| s.uid());
+                let mark = Mark {
+                    service_uid,
+                    restarts: lost.restarts,
+                    failed_uid: lost.key.clone(),
+                    restart_after: world.now,
+                };
+                actions.push(Action::MarkRestart { service: pod_name.clone(), mark });
+            }
             match pods.get(&pod_name) {
                 None => {
                     if replica.role == Role::Coordinator {

@@ -383,6 +383,48 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
 }
 
 #[test]
+fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
+    let mut running = with_status(
+        job(1, 0, json!({"restartLimit": 1})),
+        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
+    );
+    running.metadata.resource_version = Some("41".into());
+    // Preempted: its pod is gone; its Service and the collector are there.
+    let (pods, services) = world_of(&running, |name| (name != "job-coordinator").then_some("Running"));
+    let plan = decide(&running, &pods, &services, now());
+    let mark = plan.actions.iter().find_map(|a| match a {
+        Action::MarkRestart { service, mark } if service == "job-coordinator" => Some(mark.clone()),
+        _ => None,
+    });
+    let mark = mark.expect("the loss is counted on the coordinator's Service");
+    assert_eq!((mark.restarts, mark.failed_uid.as_str()), (1, "gone-at-41"));
+    assert_eq!(created(&plan.actions), vec!["job-coordinator"], "then run again");
+
+    // Counted once: the Service names this loss already.
+    let counted: Vec<Service> = services
+        .iter()
+        .cloned()
+        .map(|mut s| {
+            if s.metadata.name.as_deref() == Some("job-coordinator") {
+                s.annotations_mut().extend(mark.annotations());
+            }
+            s
+        })
+        .collect();
+    let again = decide(&running, &pods, &counted, now());
+    assert!(!again.actions.iter().any(|a| matches!(a, Action::MarkRestart { .. })), "{:?}", again.actions);
+
+    // A second loss is past restartLimit 1: the job fails, saying why, and nothing runs again.
+    running.metadata.resource_version = Some("57".into());
+    let past = decide(&running, &pods, &counted, now());
+    assert_eq!(past.status.phase, Some(Phase::Failed));
+    let failed = past.status.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("CoordinatorLost"));
+    assert!(failed.message.as_deref().unwrap().contains("2 time(s); spec.restartLimit is 1"), "{failed:?}");
+    assert!(created(&past.actions).is_empty());
+}
+
+#[test]
 fn an_aggregator_failure_replaces_its_ddp_learners_too() {
     let settings = Settings { max_gpus_per_pod: 2, ..Settings::default() };
     let job = job(0, 1, json!({"learner": {"gpus": 4}}));

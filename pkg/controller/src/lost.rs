@@ -1,0 +1,53 @@
+//! A coordinator pod that went away while its job ran: evicted by the API, preempted, deleted by
+//! hand. Running it again from scratch is what a job needs, but never silently: each loss is
+//! counted on the coordinator's Service like any replica's restart, against `spec.restartLimit`,
+//! and shown (the restart's event, `status.restarts`). Past the limit the job fails.
+
+use di_api::contract::annotations;
+use di_api::{DIJob, Phase};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
+
+use crate::plan::restarts_of;
+use crate::status::{is_terminating, pod_phase};
+
+/// One loss of the job's coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// Names this loss once: the pod's UID while it terminates, or, once it is gone unseen, the
+    /// job's resourceVersion, which stays until a status write says the job no longer runs.
+    pub key: String,
+    /// Losses counted with this one.
+    pub restarts: u32,
+    /// Whether this loss was counted already (the Service names its key).
+    pub counted: bool,
+    /// `Some(message)` when this loss is past `spec.restartLimit`.
+    pub over_limit: Option<String>,
+}
+
+/// The loss of a running job's coordinator, if it went away; `None` when the job was not running
+/// (the pod was never up, or suspend deleted it) or the pod ended first (that end is recorded).
+pub fn lost(
+    job: &DIJob,
+    previous: Option<Phase>,
+    coordinator: Option<&Pod>,
+    service: Option<&Service>,
+) -> Option<Lost> {
+    if previous != Some(Phase::Running) || job.spec.is_suspended() {
+        return None;
+    }
+    let key = match coordinator {
+        Some(pod) if is_terminating(pod) && !matches!(pod_phase(pod), "Succeeded" | "Failed") => pod.uid()?,
+        Some(_) => return None,
+        None => format!("gone-at-{}", job.resource_version().unwrap_or_default()),
+    };
+    let counted = service.and_then(|s| s.annotations().get(annotations::LAST_FAILED_UID)) == Some(&key);
+    let restarts = service.map_or(0, restarts_of) + u32::from(!counted);
+    let over_limit = job.spec.restart_limit.filter(|limit| restarts > (*limit).max(0) as u32).map(|limit| {
+        format!(
+            "the coordinator pod went away while the job ran (evicted, preempted or deleted) {restarts} time(s); \
+             spec.restartLimit is {limit}"
+        )
+    });
+    Some(Lost { key, restarts, counted, over_limit })
+}
