@@ -58,7 +58,6 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         return Ok(Requeue::await_change());
     }
     let namespace = view.namespace().unwrap_or_default();
-    let name = view.name_any();
     let mut job = match view.to_job() {
         Ok(job) => job,
         Err(e) => {
@@ -74,14 +73,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     }
 
     let uid = job.uid().unwrap_or_default();
-    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
-    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
-    let predecessor = format!("held by an earlier job named {name}");
-    let taken: BTreeMap<String, String> =
-        pods.foreign.into_iter().chain(services.foreign).map(|n| (n, predecessor.clone())).collect();
-    let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
-    let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
-    ctx.marks.overlay(&namespace, &mut services);
+    let Members { pods, services, taken } = members(ctx, &job);
 
     // What the caches show, for the creations they have not shown yet (created.rs).
     let cached_pods: BTreeSet<String> = pods.iter().map(|p| p.name_any()).chain(taken.keys().cloned()).collect();
@@ -213,6 +205,25 @@ fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, O
     }
 }
 
+/// What the caches hold of a job: its own pods and Services (restart marks not yet seen laid
+/// over), and the names of those its label names but another UID controls.
+struct Members {
+    pods: Vec<Pod>,
+    services: Vec<Service>,
+    taken: BTreeMap<String, String>,
+}
+
+fn members(ctx: &Context, job: &DIJob) -> Members {
+    let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
+    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
+    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
+    let predecessor = format!("held by an earlier job named {name}");
+    let taken = pods.foreign.into_iter().chain(services.foreign).map(|n| (n, predecessor.clone())).collect();
+    let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+    ctx.marks.overlay(&namespace, &mut services);
+    Members { pods: pods.owned.iter().map(|p| p.to_pod()).collect(), services, taken }
+}
+
 /// The names `actions` would create that a cached pod or Service of another owner holds, with
 /// the job that holds each (by its label).
 fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action]) -> BTreeMap<String, String> {
@@ -298,15 +309,11 @@ async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) ->
         mark_failed(ctx, job, reason, message).await?;
         return Ok(Requeue::await_change());
     }
-    let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
-    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
-    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
-    let pods: Vec<Pod> = pods.owned.iter().map(|p| p.to_pod()).collect();
-    let services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
+    let Members { pods, services, taken } = members(ctx, job);
     let world = World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
-        taken: BTreeMap::new(),
+        taken,
         aggregator_config: None,
         missing_aggregator_config: None,
         now: Timestamp::now(),
