@@ -95,7 +95,8 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
   verbs: ["get", "list", "watch", "patch", "delete"]
 - apiGroups: ["diengine.opendilab.org"]
   resources: ["dijobs/status"]
-  verbs: ["get", "patch"]
+  # Written by server-side apply, never read: the job is watched.
+  verbs: ["patch"]
 # Every object of a job names the job as its controller with blockOwnerDeletion; the admission
 # plugin OwnerReferencesPermissionEnforcement (on in OpenShift) allows that only to whoever may
 # update the job's finalizers.
@@ -105,15 +106,17 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 {{- if not .Values.watchNamespace }}
 - apiGroups: ["diengine.opendilab.org"]
   resources: ["aggregatorconfigs"]
-  verbs: ["get", "list", "watch"]
+  # Cached whole: read from the watch, never one by one.
+  verbs: ["list", "watch"]
 {{- end }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  # patch: a replica's restart count lives in its Service's annotations.
-  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+  # patch: a replica's restart count lives in its Service's annotations. No get: the
+  # orchestrator reads Services from its watch, and binds no role that grants reading them.
+  verbs: ["list", "watch", "create", "delete", "patch"]
 # get: one that exists already must be the job's own, not a deleted namesake's.
 - apiGroups: [""]
   resources: ["serviceaccounts"]
