@@ -16,8 +16,10 @@ use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
 use di_controller::timing::timed_client;
-use tokio::signal::unix::{SignalKind, signal};
-use tracing::{info, warn};
+use tracing::info;
+
+mod stop;
+use stop::{Stopped, run_to_end, until_stopped};
 
 #[derive(Parser)]
 #[command(name = "di-orchestrator", version, about = "Kubernetes orchestration of DI-engine jobs")]
@@ -177,51 +179,6 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// How long a stopping process lets its work finish (a pass, the Lease's release, answers in
-/// flight) before it exits anyway. A stop must not depend on the API server answering, nor on the
-/// caches ever syncing: a rollout or `kubectl delete pod` waits on it, and kubelet's default
-/// grace is 30 s.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-
-/// Runs `work` to its end, or until `STOP_GRACE` after SIGTERM or Ctrl-C, whichever is first.
-fn run_to_end<F>(runtime: tokio::runtime::Runtime, work: impl FnOnce(Stopped) -> F) -> anyhow::Result<()>
-where
-    F: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let result = runtime.block_on(async move {
-        let stopped = stop_signal()?;
-        tokio::select! {
-            result = work(stopped.clone()) => result,
-            () = async { until_stopped(stopped).await; tokio::time::sleep(STOP_GRACE).await } => {
-                warn!("still stopping {STOP_GRACE:?} after the signal: exiting now");
-                Ok(())
-            }
-        }
-    });
-    // A task that does not heed cancellation (a blocking lookup) must not hold the exit either.
-    runtime.shutdown_timeout(Duration::from_secs(1));
-    result
-}
-
-/// Becomes true on SIGTERM or Ctrl-C.
-type Stopped = tokio::sync::watch::Receiver<bool>;
-
-/// Listens for SIGTERM and Ctrl-C from the start, before anything that could wait on the API
-/// server, so a signal is never missed nor left to a handler installed later.
-fn stop_signal() -> anyhow::Result<Stopped> {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut terminate = signal(SignalKind::terminate())?;
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
-        info!("stopping");
-        let _ = stop.send(true);
-    });
-    Ok(stopped)
-}
-
 /// A tokio runtime of `threads` threads: one is tokio's current-thread runtime.
 fn runtime(threads: u16) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut builder = match threads {
@@ -257,7 +214,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     info!(addr = %listener.local_addr()?, "serving probes and metrics");
     tokio::spawn(async move { axum::serve(listener, app).await });
     if let Some(addr) = args.webhook.webhook_addr {
-        start_webhooks(&client, &args.webhook, addr, until_stopped(stopped.clone())).await?;
+        start_webhooks(&client, &args.webhook, addr, args.namespace.clone(), until_stopped(stopped.clone())).await?;
     }
     // Ready once the webhooks serve and the API server answers for DIJobs (reachable, CRD
     // installed), leader or not: a standby replica is healthy too. Asked where this replica
@@ -374,6 +331,7 @@ async fn start_webhooks(
     client: &kube::Client,
     args: &WebhookArgs,
     addr: SocketAddr,
+    namespace: Option<String>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use di_webhook::{certs, server, tls};
@@ -398,12 +356,12 @@ async fn start_webhooks(
     };
     let listener = tokio::net::TcpListener::bind(addr).await.context("binding the webhook address")?;
     info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
-    tokio::spawn(tls::serve(listener, server::router(), resolver, shutdown));
+    // The names every job claims, so a new job whose names collide with another's is refused.
+    let claims = di_webhook::claims::Claims::default();
+    tokio::spawn(claims.clone().watch(client.clone(), namespace));
+    let router = server::router_checking(&di_webhook::limits::Limits::default(), Some(claims));
+    tokio::spawn(tls::serve(listener, router, resolver, shutdown));
     Ok(())
-}
-
-async fn until_stopped(mut stopped: Stopped) {
-    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 async fn readyz(State(p): State<Probes>) -> (StatusCode, &'static str) {

@@ -3,6 +3,7 @@
 //! reconciler and the CLI all share.
 
 pub mod aggregator_config;
+pub mod claims;
 pub mod contract;
 pub mod crd;
 pub mod defaults;

@@ -6,6 +6,8 @@ use di_api::contract::GROUP;
 use di_api::defaults::{default_aggregator_config, default_dijob};
 use di_api::validation::{ValidationErrors, validate_aggregator_config, validate_dijob, validate_dijob_update};
 use di_api::{AggregatorConfig, DIJob};
+
+use crate::claims::Claims;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
@@ -129,8 +131,35 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     }
 }
 
+/// Refuses a new job whose names another job of its namespace claims already.
+fn unclaimed(
+    request: &AdmissionRequest<DynamicObject>,
+    job: &DIJob,
+    claims: Option<&Claims>,
+) -> Result<(), ValidationErrors> {
+    let (Some(claims), Some(namespace)) = (claims, request.namespace.as_deref()) else { return Ok(()) };
+    let shared = match claims.shared_with_others(namespace, &request.name, job) {
+        Some(shared) if !shared.is_empty() => shared,
+        _ => return Ok(()),
+    };
+    let named: Vec<String> = shared.iter().map(|(name, other)| format!("{name} (job {other}'s)")).collect();
+    let message = format!(
+        "Invalid value: {:?}: its pods and Services would take names another job of the namespace takes: {}; \
+         rename this job (or its tasks)",
+        request.name,
+        named.join(", ")
+    );
+    Err(ValidationErrors(vec![di_api::FieldError { path: "metadata.name".into(), message }]))
+}
+
 /// The validating webhook: refuses what would fail later, naming each field and its fix.
 pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    validate_against(request, None)
+}
+
+/// As [`validate`], and a new job whose pods or Services would take names another job of its
+/// namespace claims is refused too, naming them (when `claims` has listed the jobs).
+pub fn validate_against(request: &AdmissionRequest<DynamicObject>, claims: Option<&Claims>) -> AdmissionResponse {
     if matches!(request.operation, Operation::Delete | Operation::Connect) {
         return AdmissionResponse::from(request);
     }
@@ -159,7 +188,7 @@ pub fn validate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse 
             } else {
                 // Either version holds either form: the API server returns a role job under
                 // v2alpha1, its preferred version, so an export of it must apply again as read.
-                validate_dijob(&job)
+                validate_dijob(&job).and_then(|()| unclaimed(request, &job, claims))
             }
         }
         Some(Kind::AggregatorConfig) => match parse::<AggregatorConfig>(request, request.object.as_ref(), "object") {

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod certs;
+pub mod claims;
 pub mod limits;
 pub mod server;
 pub mod tls;

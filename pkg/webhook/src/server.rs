@@ -11,7 +11,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 
+use std::sync::Arc;
+
 use crate::admission;
+use crate::claims::Claims;
 use crate::limits::{Lane, Lanes, Limits};
 
 pub use crate::limits::MAX_BODY;
@@ -19,27 +22,33 @@ pub use crate::limits::MAX_BODY;
 pub const MUTATE_PATH: &str = "/mutate";
 pub const VALIDATE_PATH: &str = "/validate";
 
-type Decide = fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse;
+type Decide = Arc<dyn Fn(&AdmissionRequest<DynamicObject>) -> AdmissionResponse + Send + Sync>;
 
 pub fn router() -> Router {
     router_with(&Limits::default())
 }
 
 pub fn router_with(limits: &Limits) -> Router {
+    router_checking(limits, None)
+}
+
+/// The webhooks, the validating one also refusing a new job whose names another job claims
+/// (`claims`, kept from a watch of the jobs).
+pub fn router_checking(limits: &Limits, claims: Option<Claims>) -> Router {
     let lanes = Lanes::new(limits);
     let deadline = limits.request;
     let route = |decide: Decide| {
         let lanes = lanes.clone();
         post(move |body: Body| async move {
-            let answer = tokio::time::timeout(deadline, answer(&lanes, body, decide));
+            let answer = tokio::time::timeout(deadline, answer(&lanes, body, decide.clone()));
             answer.await.unwrap_or_else(|_| {
                 (StatusCode::REQUEST_TIMEOUT, format!("no whole AdmissionReview within {deadline:?}\n")).into_response()
             })
         })
     };
     Router::new()
-        .route(MUTATE_PATH, route(admission::mutate))
-        .route(VALIDATE_PATH, route(admission::validate))
+        .route(MUTATE_PATH, route(Arc::new(admission::mutate)))
+        .route(VALIDATE_PATH, route(Arc::new(move |request| admission::validate_against(request, claims.as_ref()))))
         .route("/healthz", get(|| async { "ok" }))
 }
 
@@ -58,9 +67,9 @@ async fn answer(lanes: &Lanes, body: Body, decide: Decide) -> Response {
         Err(e) => return (StatusCode::BAD_REQUEST, format!("reading the body: {e}\n")).into_response(),
     };
     match lane {
-        Lane::Small => review(&body, decide),
+        Lane::Small => review(&body, &decide),
         // Parsing MiBs takes long enough to hold up the Lease's renewals on the runtime's thread.
-        Lane::Large => tokio::task::spawn_blocking(move || review(&body, decide)).await.unwrap_or_else(|e| {
+        Lane::Large => tokio::task::spawn_blocking(move || review(&body, &decide)).await.unwrap_or_else(|e| {
             (StatusCode::INTERNAL_SERVER_ERROR, format!("deciding the review: {e}\n")).into_response()
         }),
     }
@@ -70,7 +79,7 @@ fn too_large() -> Response {
     (StatusCode::PAYLOAD_TOO_LARGE, format!("an AdmissionReview is at most {MAX_BODY} bytes\n")).into_response()
 }
 
-fn review(body: &Bytes, decide: Decide) -> Response {
+fn review(body: &Bytes, decide: &Decide) -> Response {
     let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => {

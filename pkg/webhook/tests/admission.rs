@@ -295,3 +295,36 @@ async fn a_restart_limit_that_cannot_act_is_warned_about() {
     let response = answer("/validate", review("CREATE", "DIJob", job, None)).await;
     assert!(response.get("warnings").is_none_or(|w| w.is_null()), "{response}");
 }
+
+/// A new job whose pods would take a name another job of its namespace claims is refused, naming
+/// the name and the job; in another namespace, or with other names, it is not.
+#[tokio::test]
+async fn a_job_whose_names_another_job_claims_is_refused() {
+    use di_webhook::claims::Claims;
+    use di_webhook::limits::Limits;
+    use di_webhook::server::router_checking;
+    let template = json!({"spec": {"containers": [{"name": "di-container", "image": "ding"}]}});
+    let tasks: di_api::DIJob = serde_json::from_value(json!({"metadata": {"name": "a"},
+        "spec": {"tasks": [{"name": "b-collector", "type": "collector", "template": template}]}}))
+    .unwrap();
+    let claims = Claims::listed(&[("default", "a", &tasks)]);
+    let decide = |job: Value| {
+        let router = router_checking(&Limits::default(), Some(claims.clone()));
+        async move {
+            let body = serde_json::to_vec(&review("CREATE", "DIJob", job, None)).unwrap();
+            let response = router.oneshot(Request::post("/validate").body(Body::from(body)).unwrap()).await.unwrap();
+            let reply: Value =
+                serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+            reply["response"].clone()
+        }
+    };
+    let mut job = minimal_job();
+    job["metadata"]["name"] = json!("a-b");
+    let response = decide(job.clone()).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("metadata.name: Invalid value: \"a-b\""), "{message}");
+    assert!(message.contains("a-b-collector-0 (job a's)"), "{message}");
+    job["metadata"]["name"] = json!("c");
+    assert_eq!(decide(job).await["allowed"], true);
+}

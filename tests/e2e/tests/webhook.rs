@@ -180,6 +180,29 @@ orchestrator log:
     v2.create(&PostParams::default(), &serde_json::from_value(roles).unwrap())
         .await
         .expect("a role job under v2alpha1");
+
+    // Names that collide across jobs: task `b-collector` of job `a` and role job `a-b` would both
+    // make pod a-b-collector-0. The second is refused once the webhook has seen the first.
+    let a = json!({"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "a"},
+        "spec": {"tasks": [{"name": "b-collector", "type": "collector", "template": {"spec": container}}]}});
+    jobs.create(&PostParams::default(), &serde_json::from_value(a).unwrap()).await.unwrap();
+    let a_b: DIJob = serde_json::from_value(json!({"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "a-b"},
+        "spec": {"coordinator": {"template": {"spec": container}}, "collector": {"replicas": 1, "template": {"spec": container}}}}))
+    .unwrap();
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let refused = async {
+        loop {
+            match jobs.create(&dry_run, &a_b).await {
+                Err(e) => break e.to_string(),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    };
+    let refused = within(Duration::from_secs(30), "the colliding job to be refused", refused).await;
+    let named =
+        refused.contains("metadata.name: Invalid value: \"a-b\"") && refused.contains("a-b-collector-0 (job a's)");
+    assert!(named, "{refused}");
     webhooks.unregister().await;
 }
 

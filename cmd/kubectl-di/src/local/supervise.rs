@@ -387,7 +387,7 @@ async fn stop_all(plan: &Plan, slots: &mut [Slot], guard: &mut Groups, out: &Out
     while Instant::now() < deadline && running.iter().any(|(_, pid)| alive(*pid)) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    for (i, pid) in running {
+    for &(i, pid) in &running {
         if alive(pid) {
             out.status(&format!("{} did not stop within {grace}s: SIGKILL", plan.replicas[i].name));
         }
@@ -395,4 +395,10 @@ async fn stop_all(plan: &Plan, slots: &mut [Slot], guard: &mut Groups, out: &Out
         slots[i].pid = None;
     }
     guard.groups.clear();
+    // A SIGKILL is sent, not yet done: the run ends once the groups are gone (their exit watchers
+    // reap them), so no process outlives it, not even for the moment a loaded machine takes.
+    let killed_by = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < killed_by && running.iter().any(|(_, pid)| alive(*pid)) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
