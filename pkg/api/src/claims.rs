@@ -6,19 +6,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::contract::{Role, names};
+use crate::contract::{MAX_REPLICAS, Role, names};
 use crate::{DIJob, tasks};
 
 /// Names of the pods and Services the job wants at its spec's counts. A multi-GPU learner's DDP
 /// learners are left out: how many there are depends on the orchestrator's settings.
 pub fn claimed(name: &str, job: &DIJob) -> BTreeSet<String> {
     let spec = &job.spec;
+    // A stored job the webhook never saw may ask for any count: its names are not listed then,
+    // rather than billions of them.
+    let bounded = |n: i32| (0..=MAX_REPLICAS).contains(&n);
     if spec.is_task_job() {
-        let members = tasks::members(name, &tasks::tasks(job));
+        let tasks = tasks::tasks(job);
+        if !tasks.iter().all(|t| bounded(t.replicas as i32)) {
+            return BTreeSet::new();
+        }
+        let members = tasks::members(name, &tasks);
         return members.into_iter().map(|m| m.pod).chain([tasks::subdomain(name)]).collect();
     }
     let mut claimed = BTreeSet::from([names::coordinator(name)]);
-    let count = |n: i32| 0..n.max(0) as u32;
+    let count = |n: i32| 0..n.clamp(0, MAX_REPLICAS) as u32;
     claimed.extend(count(spec.collector_replicas()).map(|i| names::replica(name, Role::Collector, i)));
     let learner = match spec.learner.as_ref().and_then(|l| l.gpus) {
         Some(gpus) if gpus > 1 => Role::Aggregator,

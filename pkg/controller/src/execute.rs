@@ -135,6 +135,10 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             }
             Action::DeleteRbac => {
                 let identity = di_api::contract::names::replicas_identity(&job.name_any());
+                // Job `di`'s own identity would be the namespace's shared one, which is no job's.
+                if identity == crate::desired::identity::SHARED {
+                    continue;
+                }
                 delete(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
                 delete(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
                 delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;

@@ -80,12 +80,14 @@ async fn put_policy_in_force(client: &Client) -> Result<(), String> {
     answer.unwrap_or_else(|e| Err(format!("the admission policy could not be applied: {e}")))
 }
 
-/// Whether asking again may get another answer: no answer at all, 429 or a server error. A 4xx
-/// (403: the orchestrator may not write the policy) is the API server's decision.
+/// Whether asking again may get another answer: no answer at all (the connection, a timeout),
+/// 429 or a server error. A 4xx (403: the orchestrator may not write the policy) is the API
+/// server's decision, and an error of our own (credentials, a body it cannot read) stays one.
 fn is_transient(error: &kube::Error) -> bool {
     match error {
         kube::Error::Api(status) => status.code == 429 || status.code >= 500,
-        _ => true,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
     }
 }
 

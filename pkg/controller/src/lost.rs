@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 
 use crate::plan::restarts_of;
-use crate::status::{is_terminating, pod_phase};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::status::is_terminating;
 
 /// One loss of the job's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +28,7 @@ pub struct Lost {
 }
 
 /// The loss of a running job's coordinator, if it went away; `None` when the job was not running
-/// (the pod was never up, or suspend deleted it) or the pod ended first (that end is recorded).
+/// (the pod was never up, or suspend deleted it).
 pub fn lost(
     job: &DIJob,
     previous: Option<Phase>,
@@ -37,11 +39,21 @@ pub fn lost(
         return None;
     }
     let key = match coordinator {
-        Some(pod) if is_terminating(pod) && !matches!(pod_phase(pod), "Succeeded" | "Failed") => pod.uid()?,
+        // Whatever its phase: the kubelet marks a deleted pod Failed on its way out.
+        Some(pod) if is_terminating(pod) => pod.uid()?,
         Some(_) => return None,
         None => format!("gone-at-{}", job.resource_version().unwrap_or_default()),
     };
-    let counted = service.and_then(|s| s.annotations().get(annotations::LAST_FAILED_UID)) == Some(&key);
+    // One loss is seen first terminating, then gone (under another key), and a job edited meanwhile
+    // changes the gone key too: a loss counted since the coordinator last started running is this one.
+    let annotation = |name: &str| service.and_then(|s| s.annotations().get(name).cloned());
+    let counted_at: Option<Timestamp> = annotation(annotations::RESTART_AFTER).and_then(|t| t.parse().ok());
+    let running_since = job.status.as_ref().and_then(|s| {
+        let running = s.conditions.iter().find(|c| c.type_ == "Running" && c.status == "True")?;
+        running.last_transition_time.as_ref().map(|t| t.0)
+    });
+    let counted = annotation(annotations::LAST_FAILED_UID).as_ref() == Some(&key)
+        || counted_at.zip(running_since).is_some_and(|(counted, since)| counted >= since);
     let restarts = service.map_or(0, restarts_of) + u32::from(!counted);
     let over_limit = job.spec.restart_limit.filter(|limit| restarts > (*limit).max(0) as u32).map(|limit| {
         format!(

@@ -318,7 +318,7 @@ async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) ->
         missing_aggregator_config: None,
         now: Timestamp::now(),
     };
-    match plan::finish_held(job, &world) {
+    match plan::finish_held(job, &world, &ctx.settings) {
         Some(plan) => {
             record_status(ctx, job, &plan.status).await?;
             execute(ctx, job, &plan.actions).await?;

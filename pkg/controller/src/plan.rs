@@ -289,16 +289,18 @@ impl Plan {
 /// A started role job whose spec cannot be acted on (it became invalid without the webhook) is
 /// held as it runs, but its coordinator's end is still its end: recorded, cleaned up by the
 /// clean pod policy, its TTL counted. `None` while the coordinator has not ended.
-pub fn finish_held(job: &DIJob, world: &World) -> Option<Plan> {
+pub fn finish_held(job: &DIJob, world: &World, settings: &Settings) -> Option<Plan> {
     let previous = job.status.as_ref().and_then(|s| s.phase);
-    if job.spec.is_task_job() {
-        return None;
-    }
     if previous.is_some_and(Phase::is_finished) {
-        // Recorded already: only its TTL is left to count.
-        let mut plan = Plan { status: job.status.clone().unwrap_or_default(), actions: vec![], requeue_after: None };
+        // Recorded already: the cleanup (safe to repeat, should the last pass have been cut
+        // short) and the TTL are left.
+        let status = job.status.clone().unwrap_or_default();
+        let mut plan = Plan { status, actions: cleanup(job, world), requeue_after: None };
         plan.expire(job, world.now);
         return Some(plan);
+    }
+    if job.spec.is_task_job() {
+        return None;
     }
     let coordinator = world.pods.iter().copied().find(|p| p.name_any() == names::coordinator(&job.name_any()));
     let phase = status::job_phase(previous, coordinator);
@@ -307,8 +309,9 @@ pub fn finish_held(job: &DIJob, world: &World) -> Option<Plan> {
     }
     let facts = Facts { phase: Some(phase), phase_reason: phase_reason(phase, coordinator), ..Facts::default() };
     let mut actions = cleanup(job, world);
-    // Whichever identity it had: deleting a per-job identity that was never made is a no-op.
-    actions.push(Action::DeleteRbac);
+    if !identity::uses_shared(job, settings.identity) {
+        actions.push(Action::DeleteRbac);
+    }
     let status = status::compute(job, &world.pods, &facts, world.now);
     let mut plan = Plan { status, actions, requeue_after: None };
     plan.expire(job, world.now);

@@ -168,12 +168,21 @@ fn role_phase_conditions(
             let kind = if phase == Phase::Succeeded { "Succeeded" } else { "Failed" };
             set_condition(conditions, kind, true, reason, message, now);
         }
-        Phase::Created
-        | Phase::Unknown
-        | Phase::Pending
-        | Phase::Starting
-        | Phase::Restarting
-        | Phase::Rescheduling => {}
+        // A coordinator that ran and is coming up again: Running turns False, so its next start
+        // is a new transition (what `lost` counts a coordinator's losses from).
+        Phase::Created | Phase::Unknown => {
+            if conditions.iter().any(|c| c.type_ == "Running" && c.status == "True") {
+                set_condition(
+                    conditions,
+                    "Running",
+                    false,
+                    "CoordinatorNotRunning",
+                    "the coordinator is not running",
+                    now,
+                );
+            }
+        }
+        Phase::Pending | Phase::Starting | Phase::Restarting | Phase::Rescheduling => {}
     }
 }
 

@@ -369,7 +369,12 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
         missing_aggregator_config: None,
         now: now(),
     };
-    let plan = di_controller::plan::finish_held(&held, &world).expect("the coordinator's end is recorded");
+    let plan = di_controller::plan::finish_held(
+        &held,
+        &world,
+        &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() },
+    )
+    .expect("the coordinator's end is recorded");
     assert_eq!(plan.status.phase, Some(Phase::Failed));
     let gone: Vec<String> = deleted(&plan.actions).into_iter().map(|(name, _)| name).collect();
     assert_eq!(gone, ["job-collector-0"], "cleanPodPolicy Running: the failed coordinator stays for its logs");
@@ -379,7 +384,14 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
     // While the coordinator runs, the job is held as it is.
     let (pods, _) = world_of(&held, |_| Some("Running"));
     let world = World { pods: pods.iter().collect(), ..world };
-    assert!(di_controller::plan::finish_held(&held, &world).is_none());
+    assert!(
+        di_controller::plan::finish_held(
+            &held,
+            &world,
+            &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() }
+        )
+        .is_none()
+    );
 }
 
 #[test]
@@ -422,6 +434,41 @@ fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
     assert_eq!(failed.reason.as_deref(), Some("CoordinatorLost"));
     assert!(failed.message.as_deref().unwrap().contains("2 time(s); spec.restartLimit is 1"), "{failed:?}");
     assert!(created(&past.actions).is_empty());
+}
+
+#[test]
+fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
+    let running_at = |at: Timestamp| {
+        let mut status = DIJobStatus { phase: Some(Phase::Running), ..Default::default() };
+        di_controller::status::set_condition(&mut status.conditions, "Running", true, "CoordinatorRunning", "", at);
+        let mut job = with_status(job(1, 0, json!({})), status);
+        job.metadata.resource_version = Some("99".into());
+        job
+    };
+    let (pods, services) = world_of(&running_at(now()), |name| (name != "job-coordinator").then_some("Running"));
+    // Counted when it was seen terminating, under its pod's UID, after it started running.
+    let counted_at = now() + SignedDuration::from_secs(5);
+    let mark = Mark { service_uid: None, restarts: 1, failed_uid: "old-pod-uid".into(), restart_after: counted_at };
+    let marked: Vec<Service> = services
+        .iter()
+        .cloned()
+        .map(|mut s| {
+            if s.metadata.name.as_deref() == Some("job-coordinator") {
+                s.annotations_mut().extend(mark.annotations());
+            }
+            s
+        })
+        .collect();
+    let marks = |plan: &di_controller::plan::Plan| {
+        plan.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count()
+    };
+    // Gone now, the job edited meanwhile: the same loss, not a second one.
+    let gone = decide(&running_at(now()), &pods, &marked, now() + SignedDuration::from_secs(6));
+    assert_eq!(marks(&gone), 0, "{:?}", gone.actions);
+    // Once it has run again (Running since after the count), a loss is a new one.
+    let later = now() + SignedDuration::from_secs(60);
+    let again = decide(&running_at(later), &pods, &marked, later);
+    assert_eq!(marks(&again), 1, "{:?}", again.actions);
 }
 
 #[test]

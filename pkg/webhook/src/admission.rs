@@ -138,7 +138,12 @@ fn unclaimed(
     claims: Option<&Claims>,
 ) -> Result<(), ValidationErrors> {
     let (Some(claims), Some(namespace)) = (claims, request.namespace.as_deref()) else { return Ok(()) };
-    let shared = match claims.shared_with_others(namespace, &request.name, job) {
+    // The object's own name first: the request's is empty for a `generateName` create.
+    let name = job.metadata.name.as_deref().filter(|n| !n.is_empty()).unwrap_or(&request.name);
+    if name.is_empty() {
+        return Ok(());
+    }
+    let shared = match claims.shared_with_others(namespace, name, job) {
         Some(shared) if !shared.is_empty() => shared,
         _ => return Ok(()),
     };
@@ -146,7 +151,7 @@ fn unclaimed(
     let message = format!(
         "Invalid value: {:?}: its pods and Services would take names another job of the namespace takes: {}; \
          rename this job (or its tasks)",
-        request.name,
+        name,
         named.join(", ")
     );
     Err(ValidationErrors(vec![di_api::FieldError { path: "metadata.name".into(), message }]))
