@@ -56,15 +56,19 @@ pub fn now() -> Timestamp {
 /// First delay before a failed replica is replaced, in the tests' passes.
 pub const BACKOFF: Duration = Duration::from_secs(10);
 
-/// One pass of `job` (a role or a task job) over these pods and services, at `at`.
-pub fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
-    let world = World {
+/// These pods and services as a pass sees them at `at`, with nothing taken and no AggregatorConfig.
+pub fn world<'a>(pods: &'a [Pod], services: &'a [Service], at: Timestamp) -> World<'a> {
+    World {
         pods: pods.iter().collect(),
         services: services.iter().collect(),
         taken: Default::default(),
         aggregator_config: None,
         missing_aggregator_config: None,
         now: at,
-    };
-    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
+    }
+}
+
+/// One pass of `job` (a role or a task job) over these pods and services, at `at`.
+pub fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
+    plan(job, &world(pods, services, at), &Settings::default(), BACKOFF).unwrap()
 }

@@ -361,14 +361,7 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
         DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
     );
     let (pods, services) = world_of(&held, |name| Some(if name == "job-coordinator" { "Failed" } else { "Running" }));
-    let world = World {
-        pods: pods.iter().collect(),
-        services: services.iter().collect(),
-        taken: Default::default(),
-        aggregator_config: None,
-        missing_aggregator_config: None,
-        now: now(),
-    };
+    let world = common::world(&pods, &services, now());
     let plan = di_controller::plan::finish_held(
         &held,
         &world,
@@ -394,6 +387,15 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
     );
 }
 
+/// The services, the coordinator's carrying `mark`, as the pass that wrote it left it.
+fn coordinator_marked(services: &[Service], mark: &Mark) -> Vec<Service> {
+    let mut services = services.to_vec();
+    for service in services.iter_mut().filter(|s| s.metadata.name.as_deref() == Some("job-coordinator")) {
+        service.annotations_mut().extend(mark.annotations());
+    }
+    services
+}
+
 #[test]
 fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
     let mut running = with_status(
@@ -413,16 +415,7 @@ fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
     assert_eq!(created(&plan.actions), vec!["job-coordinator"], "then run again");
 
     // Counted once: the Service names this loss already.
-    let counted: Vec<Service> = services
-        .iter()
-        .cloned()
-        .map(|mut s| {
-            if s.metadata.name.as_deref() == Some("job-coordinator") {
-                s.annotations_mut().extend(mark.annotations());
-            }
-            s
-        })
-        .collect();
+    let counted = coordinator_marked(&services, &mark);
     let again = decide(&running, &pods, &counted, now());
     assert!(!again.actions.iter().any(|a| matches!(a, Action::MarkRestart { .. })), "{:?}", again.actions);
 
@@ -449,16 +442,7 @@ fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
     // Counted when it was seen terminating, under its pod's UID, after it started running.
     let counted_at = now() + SignedDuration::from_secs(5);
     let mark = Mark { service_uid: None, restarts: 1, failed_uid: "old-pod-uid".into(), restart_after: counted_at };
-    let marked: Vec<Service> = services
-        .iter()
-        .cloned()
-        .map(|mut s| {
-            if s.metadata.name.as_deref() == Some("job-coordinator") {
-                s.annotations_mut().extend(mark.annotations());
-            }
-            s
-        })
-        .collect();
+    let marked = coordinator_marked(&services, &mark);
     let marks = |plan: &di_controller::plan::Plan| {
         plan.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count()
     };
