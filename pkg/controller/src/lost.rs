@@ -6,22 +6,22 @@
 use di_api::contract::annotations;
 use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::plan::restarts_of;
-use k8s_openapi::jiff::Timestamp;
-
 use crate::status::is_terminating;
 
 /// One loss of the job's coordinator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lost {
-    /// Names this loss once: the pod's UID while it terminates, or, once it is gone unseen, the
-    /// job's resourceVersion, which stays until a status write says the job no longer runs.
+    /// Recorded with the count: the pod's UID while it terminates, or, once it is gone unseen,
+    /// the job's resourceVersion.
     pub key: String,
     /// Losses counted with this one.
     pub restarts: u32,
-    /// Whether this loss was counted already (the Service names its key).
+    /// Whether this loss was counted already: the Service names its key, or a loss was counted
+    /// since the coordinator last started running.
     pub counted: bool,
     /// `Some(message)` when this loss is past `spec.restartLimit`.
     pub over_limit: Option<String>,

@@ -73,22 +73,16 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     }
 
     let uid = job.uid().unwrap_or_default();
-    let Members { pods, services, taken } = members(ctx, &job);
+    let members = members(ctx, &job);
 
     // What the caches show, for the creations they have not shown yet (created.rs).
-    let cached_pods: BTreeSet<String> = pods.iter().map(|p| p.name_any()).chain(taken.keys().cloned()).collect();
-    let cached_services: BTreeSet<String> =
-        services.iter().map(|s| s.name_any()).chain(taken.keys().cloned()).collect();
+    let taken = || members.taken.keys().cloned();
+    let cached_pods: BTreeSet<String> = members.pods.iter().map(|p| p.name_any()).chain(taken()).collect();
+    let cached_services: BTreeSet<String> = members.services.iter().map(|s| s.name_any()).chain(taken()).collect();
 
     let (aggregator_config, missing) = aggregator_config(ctx, &job);
-    let mut world = World {
-        pods: pods.iter().collect(),
-        services: services.iter().collect(),
-        taken,
-        aggregator_config: aggregator_config.as_ref(),
-        missing_aggregator_config: missing,
-        now: Timestamp::now(),
-    };
+    let mut world = members.world();
+    (world.aggregator_config, world.missing_aggregator_config) = (aggregator_config.as_ref(), missing);
     let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
         Err(e) => return refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await,
@@ -213,6 +207,20 @@ struct Members {
     taken: BTreeMap<String, String>,
 }
 
+impl Members {
+    /// The members as a pass sees them now, before its AggregatorConfig is looked up.
+    fn world(&self) -> World<'_> {
+        World {
+            pods: self.pods.iter().collect(),
+            services: self.services.iter().collect(),
+            taken: self.taken.clone(),
+            aggregator_config: None,
+            missing_aggregator_config: None,
+            now: Timestamp::now(),
+        }
+    }
+}
+
 fn members(ctx: &Context, job: &DIJob) -> Members {
     let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
     let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
@@ -242,22 +250,14 @@ fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action])
     }
     let mut held = BTreeMap::new();
     for action in actions {
-        let found = match action {
-            Action::CreatePod(pod) => {
-                let name = pod.name_any();
-                holder(&ctx.pods, namespace, &name, uid)
-                    .or_else(|| holder(&ctx.services, namespace, &name, uid))
-                    .map(|h| (name, h))
-            }
-            Action::CreateService(service) => {
-                let name = service.name_any();
-                holder(&ctx.services, namespace, &name, uid)
-                    .or_else(|| holder(&ctx.pods, namespace, &name, uid))
-                    .map(|h| (name, h))
-            }
-            _ => None,
+        let name = match action {
+            Action::CreatePod(pod) => pod.name_any(),
+            Action::CreateService(service) => service.name_any(),
+            _ => continue,
         };
-        held.extend(found);
+        // A role replica's pod and Service share its name: either held is the name held.
+        let holder = holder(&ctx.pods, namespace, &name, uid).or_else(|| holder(&ctx.services, namespace, &name, uid));
+        held.extend(holder.map(|h| (name, h)));
     }
     held
 }
@@ -309,16 +309,8 @@ async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) ->
         mark_failed(ctx, job, reason, message).await?;
         return Ok(Requeue::await_change());
     }
-    let Members { pods, services, taken } = members(ctx, job);
-    let world = World {
-        pods: pods.iter().collect(),
-        services: services.iter().collect(),
-        taken,
-        aggregator_config: None,
-        missing_aggregator_config: None,
-        now: Timestamp::now(),
-    };
-    match plan::finish_held(job, &world, &ctx.settings) {
+    let members = members(ctx, job);
+    match plan::finish_held(job, &members.world(), &ctx.settings) {
         Some(plan) => {
             record_status(ctx, job, &plan.status).await?;
             execute(ctx, job, &plan.actions).await?;

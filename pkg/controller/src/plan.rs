@@ -158,7 +158,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         for replica in &wanted {
             let pod_name = replica.name();
             if let Some(holder) = world.taken.get(&pod_name) {
-                facts.names_taken.push(format!("{pod_name} ({holder})"));
+                facts.names_taken.push((pod_name, holder.clone()));
                 continue;
             }
             let service = services.get(&pod_name).copied();

@@ -71,8 +71,8 @@ pub struct Facts {
     pub over_restart_limit: Vec<String>,
     /// The AggregatorConfig the learners need but cannot be found.
     pub missing_aggregator_config: Option<String>,
-    /// Replicas whose names are held by objects another controller owns.
-    pub names_taken: Vec<String>,
+    /// Names the job wants that objects of another owner hold, each with who holds it.
+    pub names_taken: Vec<(String, String)>,
     /// Pods the job wants now.
     pub replicas: usize,
     /// Failed pods replaced so far.
@@ -122,7 +122,7 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
     if !facts.names_taken.is_empty() || conditions.iter().any(|c| c.type_ == NAMES_TAKEN) {
         let message = format!(
             "waiting for names another owner holds to be free (that owner's objects deleted): {}",
-            facts.names_taken.join(", ")
+            facts.names_taken.iter().map(|(name, holder)| format!("{name} ({holder})")).collect::<Vec<_>>().join(", ")
         );
         let taken = !facts.names_taken.is_empty();
         let (r, m) = if taken { ("NotOwned", message.as_str()) } else { ("Released", "") };

@@ -109,7 +109,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         // Without its own Service no pod's name resolves: none starts while another holds it.
         let service_held = world.taken.get(&service_name);
         if let Some(holder) = service_held {
-            facts.names_taken.push(format!("{service_name} ({holder})"));
+            facts.names_taken.push((service_name.clone(), holder.clone()));
         } else if service.is_none() {
             actions.push(Action::CreateService(Box::new(wanted.service.clone())));
         }
@@ -121,7 +121,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         for task_pod in &wanted.pods {
             let name = &task_pod.member.pod;
             if let Some(holder) = world.taken.get(name) {
-                facts.names_taken.push(format!("{name} ({holder})"));
+                facts.names_taken.push((name.clone(), holder.clone()));
             } else if pods.contains_key(name) || blocked {
                 continue;
             } else if let Some(wait) = wait {
