@@ -2,137 +2,21 @@
 //! about 2.5 KiB before any of its fields is set, so caching thousands of them, even emptied,
 //! costs tens of MiB; these views are read straight from the watch's JSON (everything else is
 //! skipped while parsing) and hold only what a pass reads. A pass turns its own job's few views
-//! back into `Pod`s and `Service`s for the pure code.
+//! back into `Pod`s and `Service`s for the pure code. A job's own view is in `view/job.rs`.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use di_api::contract::{annotations, labels};
 use di_api::tasks::{self, TASK_LABEL};
-use di_api::{DIJob, DIJobStatus};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::value::RawValue;
 
-/// A DIJob as cached: its spec kept as the JSON text it arrived as. Typed, a job is about 11 KiB
-/// before its strings (a `PodTemplateSpec` is 1.8 KiB and a `Container` 2.1 KiB with no field
-/// set); as text a typical one is a few hundred bytes. A pass parses its own job's spec.
-///
-/// Reading a view never fails for an object the API server returns: one job stored by another
-/// controller (DI-orchestrator 1.x's `Rescheduling`, a field of another shape) would otherwise
-/// fail the whole list, and no job would be reconciled. A status the types cannot read is kept
-/// aside as its error (`unreadable_status`), and the pass names it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(from = "StoredJob")]
-pub struct JobView {
-    pub metadata: ObjectMeta,
-    pub spec: Box<RawValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<DIJobStatus>,
-    /// Why the stored status could not be read, when it could not.
-    #[serde(skip)]
-    pub unreadable_status: Option<String>,
-    /// Whether a status write of this orchestrator's is on record (`managedFields`), read before
-    /// `slim` drops them: a status it never wrote was left by another controller.
-    #[serde(skip)]
-    pub status_written_by_us: bool,
-}
-
-/// A DIJob as the API server sends it, before its status is read.
-#[derive(Deserialize)]
-struct StoredJob {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default = "empty_spec")]
-    spec: Box<RawValue>,
-    #[serde(default)]
-    status: Option<Box<RawValue>>,
-}
-
-fn empty_spec() -> Box<RawValue> {
-    RawValue::from_string("{}".into()).expect("an empty object is JSON")
-}
-
-impl From<StoredJob> for JobView {
-    fn from(stored: StoredJob) -> Self {
-        let (status, unreadable_status) = match stored.status.as_deref().map(|raw| serde_json::from_str(raw.get())) {
-            None => (None, None),
-            Some(Ok(status)) => (status, None),
-            Some(Err(e)) => (None, Some(e.to_string())),
-        };
-        let status_written_by_us = wrote_status(&stored.metadata);
-        JobView { metadata: stored.metadata, spec: stored.spec, status, unreadable_status, status_written_by_us }
-    }
-}
-
-/// Whether `MANAGER` applied the status: the one way this orchestrator writes it. Other
-/// controllers' writes (DI-orchestrator 0.2's and 1.x's, by update) are recorded under theirs.
-fn wrote_status(meta: &ObjectMeta) -> bool {
-    meta.managed_fields.iter().flatten().any(|entry| {
-        entry.manager.as_deref() == Some(crate::reconciler::MANAGER)
-            && entry.operation.as_deref() == Some("Apply")
-            && entry.subresource.as_deref() == Some("status")
-    })
-}
-
-impl Resource for JobView {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        DIJob::kind(&())
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        DIJob::group(&())
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        DIJob::version(&())
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        DIJob::api_version(&())
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        DIJob::plural(&())
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-impl JobView {
-    /// Drops what no pass reads.
-    pub fn slim(&mut self) {
-        self.metadata.managed_fields = None;
-    }
-
-    /// The typed job; a spec the types cannot read is an error that names the field.
-    pub fn to_job(&self) -> Result<DIJob, serde_json::Error> {
-        let spec = serde_json::from_str(self.spec.get())?;
-        Ok(DIJob { metadata: self.metadata.clone(), spec, status: self.status.clone() })
-    }
-
-    /// Why the orchestrator leaves this job alone, if it does: a status it cannot read, or one
-    /// another controller wrote (a job DI-orchestrator 0.2 or 1.x started, still in the cluster
-    /// after the upgrade). Such a job's pods are that controller's: taking them over could
-    /// replace or delete them, so the job is only named (a Warning event, a log line, a metric).
-    pub fn left_alone(&self) -> Option<String> {
-        if let Some(error) = &self.unreadable_status {
-            return Some(format!("its status cannot be read ({error})"));
-        }
-        let phase = self.status.as_ref().and_then(|s| s.phase)?;
-        (!self.status_written_by_us).then(|| {
-            format!(
-                "its status (phase {phase:?}) was written by another controller, such as DI-orchestrator 0.2 or 1.x"
-            )
-        })
-    }
-}
+mod job;
+pub use job::JobView;
 
 /// The labels a pass reads of a pod: job, role (or task) and replica index.
 const POD_LABELS: [&str; 4] = [labels::JOB_NAME, labels::REPLICA_TYPE, labels::REPLICA_INDEX, TASK_LABEL];
@@ -369,36 +253,6 @@ mod tests {
     use super::*;
     use crate::status;
 
-    /// A list holding one job whose status no type of ours can read (another controller's
-    /// phase, a field of another shape) still reads whole; that job is left alone, named.
-    #[test]
-    fn one_unreadable_job_never_fails_the_list() {
-        let ours = json!({"manager": "di-orchestrator", "operation": "Apply", "subresource": "status",
-                          "apiVersion": "diengine.opendilab.org/v1alpha1"});
-        let theirs = json!({"manager": "di-orchestrator", "operation": "Update", "subresource": "status",
-                            "apiVersion": "diengine.opendilab.org/v2alpha1"});
-        let list = json!({
-            "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJobList", "metadata": {"resourceVersion": "9"},
-            "items": [
-                {"metadata": {"name": "garbled", "namespace": "ns", "managedFields": [ours]},
-                 "spec": {"tasks": []}, "status": {"phase": "Running", "replicaStatus": "not a map"}},
-                {"metadata": {"name": "one-x", "namespace": "ns", "managedFields": [theirs]},
-                 "spec": {"tasks": []}, "status": {"phase": "Running", "reschedules": 2}},
-                {"metadata": {"name": "mine", "namespace": "ns", "managedFields": [ours]},
-                 "spec": {"tasks": []}, "status": {"phase": "Running"}},
-                {"metadata": {"name": "new", "namespace": "ns"}, "spec": {"tasks": []}},
-            ],
-        });
-        let list: kube::core::ObjectList<JobView> = serde_json::from_value(list).expect("the list reads whole");
-        let why: Vec<Option<String>> = list.items.iter().map(JobView::left_alone).collect();
-        assert!(why[0].as_deref().unwrap().starts_with("its status cannot be read"), "{why:?}");
-        assert!(why[1].as_deref().unwrap().contains("another controller"), "{why:?}");
-        assert_eq!(why[2..], [None, None]);
-        // What was read of the readable ones is kept.
-        assert_eq!(list.items[2].status.as_ref().unwrap().phase, Some(di_api::Phase::Running));
-        assert!(list.items[0].status.is_none());
-    }
-
     #[test]
     fn a_pod_view_reads_what_a_pass_needs_from_the_full_object() {
         let full = json!({
@@ -427,26 +281,6 @@ mod tests {
         assert!(pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());
         assert_eq!(pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
         assert_eq!(pod.metadata.uid.as_deref(), Some("u1"));
-    }
-
-    #[test]
-    fn a_job_view_reads_back_as_the_job() {
-        let text = r#"{"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-            "metadata": {"name": "job", "namespace": "ns", "managedFields": [{"manager": "kubectl"}]},
-            "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}},
-                     "collector": {"replicas": 3, "template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}]}}}},
-            "status": {"phase": "Running"}}"#;
-        let mut view: JobView = serde_json::from_str(text).unwrap();
-        view.slim();
-        let job = view.to_job().unwrap();
-        let mut typed: DIJob = serde_json::from_str(text).unwrap();
-        typed.metadata.managed_fields = None;
-        assert_eq!(job, typed);
-
-        let bad: JobView =
-            serde_json::from_str(r#"{"metadata": {"name": "job"}, "spec": {"collector": {"replicas": "many"}}}"#)
-                .unwrap();
-        assert!(bad.to_job().unwrap_err().to_string().contains("invalid type"));
     }
 
     #[test]
