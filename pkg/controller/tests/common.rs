@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use di_api::DIJob;
 use di_api::defaults::default_dijob;
-use di_controller::desired::Settings;
-use di_controller::plan::{Plan, World, plan};
+use di_api::{DIJob, DIJobStatus};
+use di_controller::desired::{self, Settings};
+use di_controller::plan::{Action, Plan, Why, World, plan};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -71,4 +71,28 @@ pub fn world<'a>(pods: &'a [Pod], services: &'a [Service], at: Timestamp) -> Wor
 /// One pass of `job` (a role or a task job) over these pods and services, at `at`.
 pub fn decide(job: &DIJob, pods: &[Pod], services: &[Service], at: Timestamp) -> Plan {
     plan(job, &world(pods, services, at), &Settings::default(), BACKOFF).unwrap()
+}
+
+/// The job's pods and services as they would exist, each pod in the phase `phase_of` says.
+pub fn world_of(job: &DIJob, phase_of: impl Fn(&str) -> Option<&'static str>) -> (Vec<Pod>, Vec<Service>) {
+    let replicas = desired::replicas(job, None, &Settings::default()).unwrap();
+    let pods = replicas.iter().filter_map(|r| phase_of(&r.name()).map(|p| observed(r.pod.clone(), p))).collect();
+    let services = replicas.iter().map(|r| r.service.clone()).collect();
+    (pods, services)
+}
+
+pub fn with_status(mut job: DIJob, status: DIJobStatus) -> DIJob {
+    job.status = Some(status);
+    job
+}
+
+pub fn created(actions: &[Action]) -> Vec<String> {
+    actions.iter().filter_map(|a| if let Action::CreatePod(p) = a { Some(p.name_any()) } else { None }).collect()
+}
+
+pub fn deleted(actions: &[Action]) -> Vec<(String, Why)> {
+    actions
+        .iter()
+        .filter_map(|a| if let Action::DeletePod { name, why, .. } = a { Some((name.clone(), *why)) } else { None })
+        .collect()
 }

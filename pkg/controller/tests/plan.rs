@@ -5,9 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{BACKOFF, decide, job, now, observed};
+use common::{BACKOFF, created, decide, deleted, job, now, observed, with_status, world_of};
 use di_api::contract::{annotations, labels};
-use di_api::{DIJob, DIJobStatus, Phase};
+use di_api::{DIJobStatus, Phase};
 use di_controller::desired::{self, Settings};
 use di_controller::plan::{Action, Why, World, backoff, plan};
 use di_controller::restarts::Mark;
@@ -16,30 +16,6 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use serde_json::json;
-
-/// The job's pods and services as they would exist, each pod in the phase `phase_of` says.
-fn world_of(job: &DIJob, phase_of: impl Fn(&str) -> Option<&'static str>) -> (Vec<Pod>, Vec<Service>) {
-    let replicas = desired::replicas(job, None, &Settings::default()).unwrap();
-    let pods = replicas.iter().filter_map(|r| phase_of(&r.name()).map(|p| observed(r.pod.clone(), p))).collect();
-    let services = replicas.iter().map(|r| r.service.clone()).collect();
-    (pods, services)
-}
-
-fn with_status(mut job: DIJob, status: DIJobStatus) -> DIJob {
-    job.status = Some(status);
-    job
-}
-
-fn created(actions: &[Action]) -> Vec<String> {
-    actions.iter().filter_map(|a| if let Action::CreatePod(p) = a { Some(p.name_any()) } else { None }).collect()
-}
-
-fn deleted(actions: &[Action]) -> Vec<(String, Why)> {
-    actions
-        .iter()
-        .filter_map(|a| if let Action::DeletePod { name, why, .. } = a { Some((name.clone(), *why)) } else { None })
-        .collect()
-}
 
 #[test]
 fn phase_follows_the_coordinator_and_terminal_phases_stick() {
@@ -333,126 +309,6 @@ fn suspend_deletes_everything_and_resume_recreates() {
     assert_eq!(created(&plan.actions), vec!["job-coordinator", "job-collector-0", "job-collector-1"]);
     let condition = plan.status.conditions.iter().find(|c| c.type_ == "Suspended").unwrap();
     assert_eq!((condition.status.as_str(), condition.reason.as_deref()), ("False", Some("JobResumed")));
-}
-
-#[test]
-fn suspend_never_deletes_a_coordinator_that_ended_before_its_end_is_recorded() {
-    // The coordinator succeeded, and the job was suspended before any pass recorded it.
-    let suspended = with_status(
-        job(2, 0, json!({"suspend": true})),
-        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
-    );
-    let (pods, services) =
-        world_of(&suspended, |name| Some(if name == "job-coordinator" { "Succeeded" } else { "Running" }));
-    let plan = decide(&suspended, &pods, &services, now());
-    assert_eq!(plan.status.phase, Some(Phase::Succeeded));
-    // The cleanup of a finished job (cleanPodPolicy Running): the running collectors go, the
-    // coordinator that shows the outcome stays.
-    let gone: Vec<String> = deleted(&plan.actions).into_iter().map(|(name, _)| name).collect();
-    assert_eq!(gone, ["job-collector-0", "job-collector-1"]);
-    assert!(deleted(&plan.actions).iter().all(|(_, why)| *why == Why::Cleanup));
-}
-
-#[test]
-fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
-    // Edited into an invalid spec without the webhook: the job is held, but its coordinator ended.
-    let held = with_status(
-        job(1, 0, json!({"ttlSecondsAfterFinished": 30})),
-        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
-    );
-    let (pods, services) = world_of(&held, |name| Some(if name == "job-coordinator" { "Failed" } else { "Running" }));
-    let world = common::world(&pods, &services, now());
-    let plan = di_controller::plan::finish_held(
-        &held,
-        &world,
-        &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() },
-    )
-    .expect("the coordinator's end is recorded");
-    assert_eq!(plan.status.phase, Some(Phase::Failed));
-    let gone: Vec<String> = deleted(&plan.actions).into_iter().map(|(name, _)| name).collect();
-    assert_eq!(gone, ["job-collector-0"], "cleanPodPolicy Running: the failed coordinator stays for its logs");
-    assert!(plan.actions.contains(&Action::DeleteRbac));
-    assert_eq!(plan.requeue_after, Some(Duration::from_secs(30)), "its TTL counts");
-
-    // While the coordinator runs, the job is held as it is.
-    let (pods, _) = world_of(&held, |_| Some("Running"));
-    let world = World { pods: pods.iter().collect(), ..world };
-    assert!(
-        di_controller::plan::finish_held(
-            &held,
-            &world,
-            &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() }
-        )
-        .is_none()
-    );
-}
-
-/// The services, the coordinator's carrying `mark`, as the pass that wrote it left it.
-fn coordinator_marked(services: &[Service], mark: &Mark) -> Vec<Service> {
-    let mut services = services.to_vec();
-    for service in services.iter_mut().filter(|s| s.metadata.name.as_deref() == Some("job-coordinator")) {
-        service.annotations_mut().extend(mark.annotations());
-    }
-    services
-}
-
-#[test]
-fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
-    let mut running = with_status(
-        job(1, 0, json!({"restartLimit": 1})),
-        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
-    );
-    running.metadata.resource_version = Some("41".into());
-    // Preempted: its pod is gone; its Service and the collector are there.
-    let (pods, services) = world_of(&running, |name| (name != "job-coordinator").then_some("Running"));
-    let plan = decide(&running, &pods, &services, now());
-    let mark = plan.actions.iter().find_map(|a| match a {
-        Action::MarkRestart { service, mark } if service == "job-coordinator" => Some(mark.clone()),
-        _ => None,
-    });
-    let mark = mark.expect("the loss is counted on the coordinator's Service");
-    assert_eq!((mark.restarts, mark.failed_uid.as_str()), (1, "gone-at-41"));
-    assert_eq!(created(&plan.actions), vec!["job-coordinator"], "then run again");
-
-    // Counted once: the Service names this loss already.
-    let counted = coordinator_marked(&services, &mark);
-    let again = decide(&running, &pods, &counted, now());
-    assert!(!again.actions.iter().any(|a| matches!(a, Action::MarkRestart { .. })), "{:?}", again.actions);
-
-    // A second loss is past restartLimit 1: the job fails, saying why, and nothing runs again.
-    running.metadata.resource_version = Some("57".into());
-    let past = decide(&running, &pods, &counted, now());
-    assert_eq!(past.status.phase, Some(Phase::Failed));
-    let failed = past.status.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
-    assert_eq!(failed.reason.as_deref(), Some("CoordinatorLost"));
-    assert!(failed.message.as_deref().unwrap().contains("2 time(s); spec.restartLimit is 1"), "{failed:?}");
-    assert!(created(&past.actions).is_empty());
-}
-
-#[test]
-fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
-    let running_at = |at: Timestamp| {
-        let mut status = DIJobStatus { phase: Some(Phase::Running), ..Default::default() };
-        di_controller::status::set_condition(&mut status.conditions, "Running", true, "CoordinatorRunning", "", at);
-        let mut job = with_status(job(1, 0, json!({})), status);
-        job.metadata.resource_version = Some("99".into());
-        job
-    };
-    let (pods, services) = world_of(&running_at(now()), |name| (name != "job-coordinator").then_some("Running"));
-    // Counted when it was seen terminating, under its pod's UID, after it started running.
-    let counted_at = now() + SignedDuration::from_secs(5);
-    let mark = Mark { service_uid: None, restarts: 1, failed_uid: "old-pod-uid".into(), restart_after: counted_at };
-    let marked = coordinator_marked(&services, &mark);
-    let marks = |plan: &di_controller::plan::Plan| {
-        plan.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count()
-    };
-    // Gone now, the job edited meanwhile: the same loss, not a second one.
-    let gone = decide(&running_at(now()), &pods, &marked, now() + SignedDuration::from_secs(6));
-    assert_eq!(marks(&gone), 0, "{:?}", gone.actions);
-    // Once it has run again (Running since after the count), a loss is a new one.
-    let later = now() + SignedDuration::from_secs(60);
-    let again = decide(&running_at(later), &pods, &marked, later);
-    assert_eq!(marks(&again), 1, "{:?}", again.actions);
 }
 
 #[test]
