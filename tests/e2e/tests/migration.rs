@@ -13,12 +13,14 @@ use di_e2e::cluster::{MANAGER, TestCluster, connect, within};
 use di_e2e::nodes::Nodes;
 use di_e2e::orchestrator::Orchestrator;
 use di_e2e::scenario::WAIT;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -174,13 +176,15 @@ async fn clusters_of_older_releases_take_our_crds_and_keep_their_jobs() {
 
     let events: Api<Event> = Api::namespaced(cluster.client.clone(), &ns);
     let named = async {
-        loop {
-            let list = events.list(&ListParams::default().fields("involvedObject.name=one-x")).await.unwrap();
-            if let Some(event) = list.items.into_iter().find(|e| e.reason.as_deref() == Some("LeftAlone")) {
-                break event;
+        let on_the_job = watcher::Config::default().fields("involvedObject.name=one-x");
+        let mut seen = std::pin::pin!(watcher(events, on_the_job).applied_objects());
+        while let Some(event) = seen.next().await {
+            let event = event.expect("watching the job's events");
+            if event.reason.as_deref() == Some("LeftAlone") {
+                return event;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        panic!("the watch of the job's events ended");
     };
     let event = within(WAIT, "the Warning that names the 1.x job", named).await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
