@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::Retryable;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -81,11 +81,12 @@ async fn put_policy_in_force(client: &Client) -> Result<(), String> {
 }
 
 /// Whether asking again may get another answer: no answer at all (the connection, a timeout),
-/// 429 or a server error. A 4xx (403: the orchestrator may not write the policy) is the API
-/// server's decision, and an error of our own (credentials, a body it cannot read) stays one.
+/// 429, a server error, or 409 (someone wrote the policy between our read and our write). Any
+/// other 4xx (403: the orchestrator may not write the policy) is the API server's decision, and
+/// an error of our own (credentials, a body it cannot read) stays one.
 fn is_transient(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
         kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
         _ => false,
     }
@@ -99,18 +100,14 @@ async fn has_policy_api(client: &Client) -> Result<bool, kube::Error> {
     }
 }
 
-/// Server-side applies the policy and its binding; waits for the API servers to load them when
-/// either changed (a write that changes nothing keeps the resourceVersion).
+/// Writes the policy and its binding as [`put_back`] does (one edited by hand, say relaxed to
+/// `Warn`, is corrected rather than merged into an invalid `[Warn, Deny]`); waits for the API
+/// servers to load them when either changed.
 async fn apply_policy(client: &Client) -> Result<(), kube::Error> {
-    let params = PatchParams::apply(MANAGER).force();
-    let policies: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy> =
-        Api::all(client.clone());
-    let bindings: Api<k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBinding> =
-        Api::all(client.clone());
-    let before = (version(policies.get_opt(SHARED).await?), version(bindings.get_opt(SHARED).await?));
-    let policy = policies.patch(SHARED, &params, &Patch::Apply(policy())).await?;
-    let binding = bindings.patch(SHARED, &params, &Patch::Apply(policy_binding())).await?;
-    if before != (version(Some(policy)), version(Some(binding))) {
+    let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone());
+    let changed = put_back(&policies, policy()).await? | put_back(&bindings, policy_binding()).await?;
+    if changed {
         info!("the admission policy {SHARED} changed: waiting {POLICY_RELOAD:?} for the API servers to load it");
         tokio::time::sleep(POLICY_RELOAD).await;
     }
@@ -122,7 +119,6 @@ async fn apply_policy(client: &Client) -> Result<(), kube::Error> {
 /// cleanup script, `kubectl edit`) is put back within about a second of the change.
 pub async fn keep_policy(client: Client) {
     use futures::StreamExt;
-    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
     use kube::runtime::{WatchStreamExt, watcher};
     let config = watcher::Config::default().fields(&format!("metadata.name={SHARED}"));
     let policies = Api::<ValidatingAdmissionPolicy>::all(client.clone());
@@ -148,23 +144,22 @@ pub async fn keep_policy(client: Client) {
 
 /// Writes `desired` over whatever is stored under its name, by a whole update: an apply would
 /// keep another manager's entries in a set (`validationActions: [Warn]` beside our `Deny`). An
-/// update that changes nothing is no write (the resourceVersion stays), so this ends the loop.
-async fn put_back<K>(api: &Api<K>, mut desired: K) -> Result<(), kube::Error>
+/// update that changes nothing is no write (the resourceVersion stays), so this ends the
+/// keeper's loop. Says whether anything was written.
+async fn put_back<K>(api: &Api<K>, mut desired: K) -> Result<bool, kube::Error>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
     let params = kube::api::PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
     match api.get_opt(SHARED).await? {
-        None => api.create(&params, &desired).await.map(drop),
+        None => api.create(&params, &desired).await.map(|_| true),
         Some(live) => {
-            desired.meta_mut().resource_version = live.meta().resource_version.clone();
-            api.replace(SHARED, &params, &desired).await.map(drop)
+            let before = live.meta().resource_version.clone();
+            desired.meta_mut().resource_version = before.clone();
+            let written = api.replace(SHARED, &params, &desired).await?;
+            Ok(written.meta().resource_version != before)
         }
     }
-}
-
-fn version<K: kube::ResourceExt>(object: Option<K>) -> Option<String> {
-    object.and_then(|o| o.resource_version())
 }
 
 /// The admission policy was asked for and cannot be had, and why.

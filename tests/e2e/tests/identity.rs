@@ -19,7 +19,7 @@ const RESTORED_WITHIN: Duration = Duration::from_secs(15);
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn the_admission_policy_is_restored_when_deleted_or_edited() {
-    let s = Scenario::new("identity").await;
+    let mut s = Scenario::new("identity").await;
     // The orchestrator chose the policy (Kubernetes 1.30+) and put it in force.
     s.submit("job", 0, 0, json!({})).await;
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(s.cluster.client.clone());
@@ -41,6 +41,17 @@ async fn the_admission_policy_is_restored_when_deleted_or_edited() {
     let denies = |b: Option<&ValidatingAdmissionPolicyBinding>| {
         b.and_then(|b| b.spec.as_ref()).and_then(|s| s.validation_actions.clone()) == Some(vec!["Deny".to_string()])
     };
-    let undone = within(RESTORED_WITHIN, "the binding to deny again", await_condition(bindings, SHARED, denies));
+    let undone =
+        within(RESTORED_WITHIN, "the binding to deny again", await_condition(bindings.clone(), SHARED, denies));
+    assert!(undone.await.is_ok(), "orchestrator log:\n{}", s.orchestrator.log());
+
+    // Relaxed while no orchestrator runs: the next one starts by writing the binding whole. An
+    // apply would merge our Deny beside the hand-made Warn, which the API server refuses, and the
+    // orchestrator would fall back to per-job RBAC with the policy left relaxed.
+    s.orchestrator.kill().await;
+    bindings.patch(SHARED, &by_hand, &Patch::Merge(&relaxed)).await.unwrap();
+    s.orchestrator.restart().await;
+    let undone =
+        within(RESTORED_WITHIN, "a restarted orchestrator to deny again", await_condition(bindings, SHARED, denies));
     assert!(undone.await.is_ok(), "orchestrator log:\n{}", s.orchestrator.log());
 }
