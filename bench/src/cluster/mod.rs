@@ -2,11 +2,12 @@
 //! plain client creating the same objects (`running`, with the client in `baseline`), API
 //! requests per job against the minimum and where the orchestrator waited (`requests`), where one
 //! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
-//! and memory and CPU idle, at scale and among unrelated pods (`scale`). `harness` starts what
-//! they all measure.
+//! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
+//! idle, at scale and among unrelated pods (`scale`). `harness` starts what they all measure.
 
 mod baseline;
 mod curve;
+mod fairness;
 mod harness;
 mod process;
 mod replicas;
@@ -67,6 +68,8 @@ pub enum Scenario {
     Curve,
     /// A coordinator's scale-up through its replica endpoint, against the reconciler alone.
     Replicas,
+    /// Small jobs' time to running and first events while a job of 1,000 is being created.
+    Fairness,
     /// RSS with 1,000 jobs and their pods, then among unrelated pods.
     Scale,
 }
@@ -110,6 +113,9 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
     }
     if wanted(Scenario::Replicas) {
         replicas::measure(&bench, &cluster, &mut report.rows).await?;
+    }
+    if wanted(Scenario::Fairness) {
+        fairness::measure(&bench, &mut report.rows).await?;
     }
     if wanted(Scenario::Scale) {
         // A fresh orchestrator of its own, so its memory is that of these jobs alone.

@@ -3,11 +3,9 @@
 //! client-go's broadcaster does), at most `per_second` a second. Events inform and never gate: a
 //! hundred jobs starting at once would otherwise spend on events the API server time their pods'
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
-//! objects, for at most `HOLD`; a Warning, what a user acts on, waits only for its turn. As
+//! objects, for at most `pace::HOLD`; a Warning, what a user acts on, waits only for its turn. As
 //! client-go does, a sender too far behind (a full queue) drops new events rather than grow
 //! without bound, and says so.
-
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -16,13 +14,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::pace::{Bucket, Creates};
+use crate::pace::{Bucket, Creates, HOLD};
 
 /// Events waiting to be sent, at most, of each type.
 const QUEUE: usize = 1000;
-
-/// The longest a Normal event waits for creates to be over.
-const HOLD: Duration = Duration::from_secs(30);
 
 struct Queued {
     event: Event,
@@ -109,6 +104,8 @@ impl Sender {
 #[cfg(test)]
 mod tests {
     use kube::runtime::events::Reporter;
+
+    use std::time::Duration;
 
     use super::*;
 

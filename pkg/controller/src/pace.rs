@@ -6,8 +6,10 @@
 //! a job's way up (its first status, Created, Pending, Starting, and a role job's Running while
 //! its coordinator runs but not every replica is ready yet). A hundred jobs starting at once
 //! would otherwise spend on progress the API server time their pods' creates need (measured with
-//! `make bench`), so no progress is written while any pass creates pods or Services. When the
-//! API server keeps up, the budget is there and progress is written at once too. The period also
+//! `make bench`), so progress waits while any pass creates pods or Services, for at most
+//! [`HOLD`]: one job of a thousand replicas being created would otherwise hold every other job's
+//! progress (and Normal events, see `events`) for its whole duration. When the API server keeps
+//! up, the budget is there and progress is written at once too. The period also
 //! runs from the pass that created a job's pods, so a job that runs within it has one status
 //! write. The pass that would write sooner asks to be run again when due.
 
@@ -16,6 +18,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use di_api::{DIJobCondition, DIJobStatus, Phase};
+
+/// The longest what only informs (a job's progress, a Normal event) waits for other passes'
+/// creates: long enough that jobs starting together spend the API server on their pods first
+/// (a hundred jobs of ten are all created within about three seconds here), short enough that
+/// a job of a thousand replicas being created holds no one else's status for its whole duration.
+pub const HOLD: Duration = Duration::from_secs(3);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Write {
@@ -85,6 +93,8 @@ fn at_desired(status: &DIJobStatus) -> bool {
 pub struct Pacer {
     pub period: Duration,
     written: Mutex<HashMap<String, Instant>>,
+    /// Jobs whose progress waits for creates, and since when: each waits [`HOLD`] at most.
+    held: Mutex<HashMap<String, Instant>>,
     /// Progress writes, all jobs together.
     budget: Bucket,
     /// While any pass creates objects, progress waits for the creates to be over (a DIJob's
@@ -136,18 +146,32 @@ impl Pacer {
         Pacer {
             period,
             written: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             budget: Bucket::new(per_second),
             creates: Creates::default(),
         }
     }
 
-    /// Takes one progress write from the shared budget, or says when to ask again: a period
-    /// from now while objects are being created, else when the budget has one.
-    pub fn take_budget(&self) -> Result<(), Duration> {
+    /// Takes one progress write of the job (by UID) from the shared budget, or says when to ask
+    /// again: while objects are being created, a period from now or when the job has waited
+    /// [`HOLD`], whichever is sooner; else when the budget has one.
+    pub fn take_budget(&self, uid: &str) -> Result<(), Duration> {
+        self.take_budget_at(uid, Instant::now())
+    }
+
+    fn take_budget_at(&self, uid: &str, now: Instant) -> Result<(), Duration> {
         if self.creates.any() {
-            return Err(self.period.max(Duration::from_millis(100)));
+            let mut held = self.held.lock().expect("pacer lock");
+            if held.len() >= 64 {
+                // A job deleted while it waited leaves its entry; past the hold it decides nothing.
+                held.retain(|_, since| now.saturating_duration_since(*since) < HOLD);
+            }
+            let waited = now.saturating_duration_since(*held.entry(uid.to_owned()).or_insert(now));
+            if waited < HOLD {
+                return Err(self.period.max(Duration::from_millis(100)).min(HOLD - waited));
+            }
         }
-        self.budget.take()
+        self.budget.take_at(now)
     }
 
     /// Time since the job (by UID) was last written, if within the period.
@@ -170,6 +194,8 @@ impl Pacer {
             written.retain(|_, at| at.elapsed() < self.period);
         }
         written.insert(uid.to_owned(), Instant::now());
+        drop(written);
+        self.held.lock().expect("pacer lock").remove(uid);
     }
 }
 
@@ -299,9 +325,23 @@ mod tests {
     fn progress_waits_while_objects_are_created() {
         let pacer = Pacer::new(PERIOD, 100.0);
         let creating = pacer.creates.start();
-        assert_eq!(pacer.take_budget(), Err(PERIOD));
+        assert_eq!(pacer.take_budget("a"), Err(PERIOD));
         drop(creating);
-        assert_eq!(pacer.take_budget(), Ok(()));
+        assert_eq!(pacer.take_budget("a"), Ok(()));
+    }
+
+    #[test]
+    fn progress_waits_for_creates_at_most_the_hold() {
+        let pacer = Pacer::new(PERIOD, 100.0);
+        let _creating = pacer.creates.start();
+        let start = Instant::now();
+        assert_eq!(pacer.take_budget_at("a", start), Err(PERIOD));
+        let late = start + HOLD - Duration::from_millis(300);
+        assert_eq!(pacer.take_budget_at("a", late), Err(Duration::from_millis(300)), "asked again as the hold ends");
+        assert_eq!(pacer.take_budget_at("b", late), Err(PERIOD), "each job's hold is its own");
+        assert_eq!(pacer.take_budget_at("a", start + HOLD), Ok(()), "creates still going on");
+        pacer.wrote("a");
+        assert_eq!(pacer.take_budget_at("a", start + HOLD), Err(PERIOD), "a new hold after a write");
     }
 
     #[test]

@@ -163,7 +163,7 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
         Write::Unchanged => return Ok(None),
         Write::After(due) => return Ok(Some(due)),
         Write::Progress => {
-            if let Err(due) = ctx.pacer.take_budget() {
+            if let Err(due) = ctx.pacer.take_budget(&uid) {
                 return Ok(Some(due));
             }
         }
