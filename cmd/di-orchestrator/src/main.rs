@@ -56,6 +56,10 @@ struct ReplicasArgs {
     /// How long an answer waits for the reconciler to carry a change out, in seconds.
     #[arg(long, default_value_t = 30)]
     wait_seconds: u64,
+    /// The UID of the pod this endpoint runs in: it writes once the job's status names that pod
+    /// as the job's coordinator.
+    #[arg(long, env = "KUBERNETES_POD_UID")]
+    pod_uid: String,
 }
 
 #[derive(Args)]
@@ -315,7 +319,8 @@ async fn replicas(args: ReplicasArgs, stopped: Stopped) -> anyhow::Result<()> {
     use di_replicas::server::{Endpoint, router};
     let client = kube::Client::try_default().await.context("connecting to the API server")?;
     let scope = Scope { namespace: args.namespace, job: args.job };
-    let endpoint = Endpoint::new(client, scope.clone(), args.pod_ip, Duration::from_secs(args.wait_seconds));
+    let endpoint =
+        Endpoint::new(client, scope.clone(), args.pod_ip, Duration::from_secs(args.wait_seconds), args.pod_uid);
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.port))
         .await
         .context("binding the replica endpoint")?;

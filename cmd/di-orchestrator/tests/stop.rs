@@ -192,7 +192,14 @@ fn sigterm_ends_the_sidecar_with_a_request_waiting_on_the_api_server() {
     let mut sidecar = Running::start(
         &dir,
         &kubeconfig(&dir, server),
-        &["replicas", "--namespace=ns", "--job=job", "--bind-address=127.0.0.1", &format!("--port={port}")],
+        &[
+            "replicas",
+            "--namespace=ns",
+            "--job=job",
+            "--pod-uid=uid",
+            "--bind-address=127.0.0.1",
+            &format!("--port={port}"),
+        ],
     );
     let endpoint = SocketAddr::from(([127, 0, 0, 1], port));
     wait_for("listening endpoint", || TcpStream::connect(endpoint).is_ok(), &sidecar);

@@ -66,6 +66,9 @@ pub mod env {
     pub const POD_NAME: &str = "KUBERNETES_POD_NAME";
     /// The replica endpoint sidecar only: its pod's IP, from which the coordinator's writes come.
     pub const POD_IP: &str = "KUBERNETES_POD_IP";
+    /// The replica endpoint sidecar only: its pod's UID, which the job's status names while that
+    /// pod is the job's coordinator (`status.coordinatorUID`).
+    pub const POD_UID: &str = "KUBERNETES_POD_UID";
     /// `host:port` without a scheme: where the job's replica endpoint answers.
     pub const SERVER_URL: &str = "KUBERNETES_SERVER_URL";
     /// Coordinator only: its own URL.

@@ -239,6 +239,12 @@ pub struct DIJobStatus {
     /// Task jobs: pod counts per task, by pod phase (`Pending`, `Running`, `Succeeded`, `Failed`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub task_status: BTreeMap<String, BTreeMap<String, i32>>,
+
+    /// Role jobs: the UID of the coordinator pod the job runs now. Only that pod's replica
+    /// endpoint may scale the job (a predecessor's coordinator of the same name, still
+    /// terminating after the job was submitted again, may not).
+    #[serde(default, rename = "coordinatorUID", skip_serializing_if = "Option::is_none")]
+    pub coordinator_uid: Option<String>,
 }
 
 /// Phase of a DIJob. A role job's follows its coordinator pod (Created, Running, Succeeded,

@@ -195,6 +195,7 @@ async fn a_reconcile_after_a_crash_creates_nothing_twice() {
             "observedGeneration": 1,
             "collectors": "3/3",
             "replicas": 4, "readyReplicas": 4, "restarts": 0,
+            "coordinatorUID": "uid-job-coordinator",
         }))
         .unwrap(),
     );

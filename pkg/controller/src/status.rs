@@ -211,6 +211,10 @@ fn role_counts(status: &mut DIJobStatus, job: &DIJob, pods: &[&Pod]) {
     status.learners =
         job.spec.learner.as_ref().map(|_| format!("{}/{}", ready_learners(pods), job.spec.learner_replicas()));
     status.ready_replicas = Some(pods.iter().filter(|p| is_ready(p)).count() as i32);
+    // The policy lets only this pod's replica endpoint scale the job: not a terminating one's,
+    // nor a predecessor's of the same name (it is no pod of this job).
+    let current = pods.iter().find(|p| role_of(p) == Some(Role::Coordinator) && !is_terminating(p));
+    status.coordinator_uid = current.and_then(|p| p.metadata.uid.clone());
 }
 
 fn ready_collectors(pods: &[&Pod]) -> usize {
@@ -303,5 +307,26 @@ mod tests {
         let types: Vec<&String> = status.replica_status.keys().collect();
         assert_eq!(types, ["Collector"], "{:?}", status.replica_status);
         assert_eq!(status.replica_status["Collector"].active, 1);
+        assert_eq!(status.coordinator_uid, None, "a terminating coordinator is not the current one");
+    }
+
+    #[test]
+    fn the_status_names_the_coordinator_that_runs_now() {
+        let pod = |name: &str, uid: &str, role: &str, terminating: bool| -> Pod {
+            let deleted = terminating.then_some("2026-01-01T00:00:00Z");
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": uid, "deletionTimestamp": deleted,
+                             "labels": {labels::REPLICA_TYPE: role}},
+                "status": {"phase": "Running"},
+            }))
+            .unwrap()
+        };
+        let pods = [
+            pod("job-collector-0", "c0", "collector", false),
+            pod("job-coordinator", "old", "coordinator", true),
+            pod("job-coordinator", "new", "coordinator", false),
+        ];
+        let status = compute(&DIJob::default(), &pods.iter().collect::<Vec<_>>(), &Facts::default(), Timestamp::now());
+        assert_eq!(status.coordinator_uid.as_deref(), Some("new"));
     }
 }

@@ -1,12 +1,13 @@
 //! Following the job's pods after a write, bounded by the endpoint's wait: the answer to a
 //! scale request names the replicas it added or removed, and to a failure report the pods it
 //! had replaced, as far as the reconciler got by then. A write is never undone by what a wait
-//! finds: the answer is a success either way, saying whether the pods followed.
+//! finds: the answer is a success either way, saying whether the pods followed. Before its first
+//! write, the endpoint waits for the job's status to name its pod (`until_current`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use backon::{ConstantBuilder, ExponentialBuilder, RetryableWithContext};
+use backon::{ConstantBuilder, ExponentialBuilder, Retryable, RetryableWithContext};
 use di_api::DIJob;
 use di_api::contract::Role;
 use di_api::pod::url_of;
@@ -18,9 +19,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, info};
 
-use crate::scale;
+use crate::scale::{self, ApiError};
 use crate::server::Endpoint;
 
 /// Why a step of a wait ended before the wait was over: the next step comes after a pause.
@@ -180,3 +181,52 @@ pub(crate) async fn wait_for_replacements(endpoint: &Endpoint, old: &[Marked]) -
     let all = pods.as_deref().is_some_and(|pods| replaced(old, pods));
     (pods, all)
 }
+
+/// Waits, bounded by the endpoint's wait, until the job's status names this endpoint's pod as
+/// the coordinator it runs now (`status.coordinatorUID`): the admission policy refuses a write
+/// from any other pod. The orchestrator records it with the job's status, within seconds of the
+/// coordinator's start; a predecessor's coordinator of the same name, still terminating after
+/// the job was submitted again, never is, and is answered 409. Once named, the pod stays the
+/// job's coordinator for as long as it runs, so this is looked up once.
+pub(crate) async fn until_current(endpoint: &Endpoint) -> Result<(), ApiError> {
+    use std::sync::atomic::Ordering;
+    if endpoint.current.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let deadline = Instant::now() + endpoint.wait;
+    let look = || async {
+        // Every look is answered or given up, even one made at the deadline (a wait of zero).
+        let bound = deadline.max(Instant::now() + LOOK);
+        let job = tokio::time::timeout_at(bound, endpoint.jobs().get(&endpoint.scope.job)).await;
+        let job = job.map_err(again)?.map_err(again)?;
+        match job.status.and_then(|s| s.coordinator_uid) {
+            Some(uid) if uid == endpoint.pod_uid => Ok(()),
+            Some(uid) => Err(Again(format!("the job's status names the coordinator pod of UID {uid}"))),
+            None => Err(Again("the job's status names no coordinator yet".into())),
+        }
+    };
+    let looked = look
+        .retry(step_pauses())
+        .sleep(until(deadline))
+        .when(|_| Instant::now() < deadline)
+        .notify(|Again(why), pause| debug!(why, ?pause, "waiting for the job's status to name this coordinator"))
+        .await;
+    match looked {
+        Ok(()) => {
+            endpoint.current.store(true, Ordering::Relaxed);
+            info!(pod_uid = %endpoint.pod_uid, "the job's status names this pod as its coordinator");
+            Ok(())
+        }
+        Err(Again(why)) => Err(ApiError::Conflict(format!(
+            "this pod ({}, UID {}) is not the coordinator job {} runs now: {why} (waited {:?}). A coordinator \
+             that just started is named within seconds: ask again",
+            endpoint.scope.coordinator(),
+            endpoint.pod_uid,
+            endpoint.scope.job,
+            endpoint.wait
+        ))),
+    }
+}
+
+/// The longest one look at the job may take when the wait is over or shorter.
+const LOOK: Duration = Duration::from_secs(5);

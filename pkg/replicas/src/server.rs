@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use axum::Router;
@@ -28,7 +29,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tracing::info;
 
-use crate::follow::{wait_for, wait_for_replacements};
+use crate::follow::{until_current, wait_for, wait_for_replacements};
 use crate::scale::{self, ApiError, Scope, internal};
 
 /// Largest request body; DI-engine's are a few hundred bytes.
@@ -41,17 +42,29 @@ pub struct Endpoint {
     pub own_ips: Vec<IpAddr>,
     /// How long an answer waits for the reconciler to create or remove the replicas.
     pub wait: Duration,
+    /// The UID of the pod this endpoint runs in: it writes once the job's status names it.
+    pub pod_uid: String,
+    /// The job's status has named this pod as its coordinator (see `follow::until_current`).
+    pub(crate) current: AtomicBool,
     /// One write at a time from this endpoint; optimistic concurrency covers other writers. Held
     /// for the write only, never while a request waits for pods.
     writing: Arc<Mutex<()>>,
 }
 
 impl Endpoint {
-    pub fn new(client: Client, scope: Scope, own_ips: Vec<IpAddr>, wait: Duration) -> Arc<Endpoint> {
-        Arc::new(Endpoint { client, scope, own_ips, wait, writing: Arc::default() })
+    pub fn new(client: Client, scope: Scope, own_ips: Vec<IpAddr>, wait: Duration, pod_uid: String) -> Arc<Endpoint> {
+        Arc::new(Endpoint {
+            client,
+            scope,
+            own_ips,
+            wait,
+            pod_uid,
+            current: AtomicBool::new(false),
+            writing: Arc::default(),
+        })
     }
 
-    fn jobs(&self) -> Api<DIJob> {
+    pub(crate) fn jobs(&self) -> Api<DIJob> {
         Api::namespaced(self.client.clone(), &self.scope.namespace)
     }
 
@@ -217,6 +230,7 @@ async fn scale_outcome(
     check_writer(endpoint, peer)?;
     let request: ReplicaRequest = body(bytes)?;
     endpoint.scope.check(&request.namespace, &request.coordinator)?;
+    until_current(endpoint).await?;
     let turn = endpoint.turn().await;
     let (jobs, name) = (endpoint.jobs(), endpoint.scope.job.clone());
     let written = write(turn, async move {
@@ -276,6 +290,7 @@ async fn failed_outcome(
     check_writer(endpoint, peer)?;
     let report: Replicas = body(bytes)?;
     endpoint.scope.check(&report.namespace, &report.coordinator)?;
+    until_current(endpoint).await?;
     let turn = endpoint.turn().await;
     // The pods as reported on; a retry after a conflicting write decides on the same ones.
     let pods = Arc::new(endpoint.pods().await?);

@@ -42,9 +42,13 @@ fn job() -> Value {
             "coordinator": {"template": {"spec": spec}},
             "collector": {"replicas": 2, "template": {"spec": spec}},
             "learner": {"replicas": 1, "template": {"spec": spec}},
-        }
+        },
+        "status": {"coordinatorUID": COORDINATOR_UID},
     })
 }
+
+/// The endpoint's own pod, which the job's status names as its coordinator.
+const COORDINATOR_UID: &str = "coordinator-uid";
 
 fn pod(name: &str, role: &str, index: Option<&str>) -> Value {
     let mut labels = json!({"dijob-name": "job", "replica-type": role});
@@ -115,7 +119,7 @@ async fn call(peer: [u8; 4], method: &str, uri: &str, body: Vec<u8>) -> (StatusC
     let world = Arc::new(Mutex::new(World { job: job(), pods: pods(), writes: 0 }));
     let scope = Scope { namespace: "ns".into(), job: "job".into() };
     let own = vec![std::net::IpAddr::from(OWN_POD)];
-    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, own, Duration::ZERO);
+    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, own, Duration::ZERO, COORDINATOR_UID.into());
     let app = router(endpoint).layer(MockConnectInfo(SocketAddr::from((peer, 40000))));
     // No Content-Type, as DI-engine sends it.
     let request = Request::builder().method(method).uri(uri).body(Body::from(body)).unwrap();

@@ -241,6 +241,9 @@ impl Sidecar {
     pub async fn start(cluster: &TestCluster, namespace: &str, job: &str) -> Sidecar {
         let coordinator = di_api::contract::names::coordinator(job);
         let kubeconfig = pod_kubeconfig(cluster, namespace, &coordinator).await;
+        // As the kubelet fills it from the pod (the downward API).
+        let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
+        let uid = pods.get(&coordinator).await.expect("the coordinator pod").metadata.uid.expect("a pod's UID");
         let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("port").port();
         let log = kubeconfig.with_extension("log");
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("sidecar log");
@@ -250,6 +253,7 @@ impl Sidecar {
             .arg(format!("--job={job}"))
             .arg(format!("--port={port}"))
             .env("KUBECONFIG", &kubeconfig)
+            .env(di_api::contract::env::POD_UID, uid)
             .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log handle"))

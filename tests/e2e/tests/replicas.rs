@@ -5,14 +5,16 @@
 
 use std::time::Duration;
 
-use di_api::contract::annotations;
+use di_api::contract::{annotations, labels};
 use di_api::{DIJob, Phase};
+use di_e2e::cluster::within;
 use di_e2e::controlplane::admin_client;
 use di_e2e::orchestrator::{Sidecar, pod_kubeconfig};
 use di_e2e::scenario::{Scenario, names};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -169,6 +171,8 @@ async fn enough_and_no_more(s: &Scenario, guard: Guard) -> Api<DIJob> {
     s.submit("theirs", 0, 0, json!({})).await;
     s.wait_pods("mine", &names("mine", &["coordinator", "collector-0"])).await;
     s.wait_pods("theirs", &names("theirs", &["coordinator"])).await;
+    // The policy lets a coordinator write once the job's status names it, with the job running.
+    s.wait_phase("mine", Phase::Running).await;
     let kubeconfig = pod_kubeconfig(&s.cluster, &s.ns, "mine-coordinator").await;
     let client = admin_client(&kubeconfig).await.unwrap();
     let jobs: Api<DIJob> = Api::namespaced(client.clone(), &s.ns);
@@ -268,4 +272,55 @@ async fn per_job_rbac_holds_a_coordinator_to_its_own_job() {
     by_rbac(&forbidden(jobs.get("theirs").await, "reading another job"), "get", "dijobs");
     let pod = s.pods.get("mine-coordinator").await.unwrap();
     assert_eq!(pod.spec.unwrap().service_account_name.as_deref(), Some("mine-replicas"));
+}
+
+/// The rule the policy exists for, where a name is not enough: a job deleted and submitted again
+/// while its old coordinator still terminates (held here by a finalizer, as a slow shutdown or a
+/// lost node would). The old pod has the new coordinator's name, and a token bound to it is
+/// refused the new job; the new coordinator, once the old pod is gone, is not.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_predecessors_coordinator_is_refused_the_job_submitted_again() {
+    let s = Scenario::new("replicas-predecessor").await;
+    let admin = s.cluster.client.clone();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &s.ns);
+    s.submit("again", 0, 0, json!({})).await;
+    s.wait_phase("again", Phase::Running).await;
+    let hold = json!({"metadata": {"finalizers": ["e2e.diengine.opendilab.org/hold"]}});
+    pods.patch("again-coordinator", &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    let old = admin_client(&pod_kubeconfig(&s.cluster, &s.ns, "again-coordinator").await).await.unwrap();
+    let old_jobs: Api<DIJob> = Api::namespaced(old, &s.ns);
+    let scale = json!({"spec": {"collector": {"replicas": 1}}});
+    old_jobs.patch("again", &PatchParams::default(), &Patch::Merge(&scale)).await.expect("scales its own job");
+
+    let first = s.jobs.get("again").await.unwrap().uid();
+    s.jobs.delete("again", &DeleteParams::default()).await.unwrap();
+    let gone = move |j: Option<&DIJob>| j.is_none_or(|j| j.uid() != first);
+    within(Duration::from_secs(30), "the first job gone", await_condition(s.jobs.clone(), "again", gone))
+        .await
+        .unwrap();
+    // The old job's pods and Services deleted, as the garbage collector does (which may not
+    // know DIJobs yet on a control plane just started); the coordinator stays, terminating.
+    let old_ones = ListParams::default().labels(&format!("{}=again", labels::JOB_NAME));
+    pods.delete_collection(&DeleteParams::default(), &old_ones).await.unwrap();
+    let services: Api<Service> = Api::namespaced(admin.clone(), &s.ns);
+    services.delete_collection(&DeleteParams::default(), &old_ones).await.unwrap();
+    s.submit("again", 0, 0, json!({})).await;
+    let refused = forbidden(
+        old_jobs.patch("again", &PatchParams::default(), &Patch::Merge(&scale)).await,
+        "the old coordinator scaling the new job",
+    );
+    assert!(refused.contains("is not the coordinator this DIJob runs now"), "not the policy's refusal: {refused}");
+    assert_eq!(s.jobs.get("again").await.unwrap().spec.collector_replicas(), 0, "the new job unchanged");
+
+    let release = json!({"metadata": {"finalizers": null}});
+    pods.patch("again-coordinator", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    let job = s.wait_phase("again", Phase::Running).await;
+    let coordinator = pods.get("again-coordinator").await.unwrap();
+    assert_eq!(job.status.and_then(|st| st.coordinator_uid), coordinator.metadata.uid, "the status names the new pod");
+    let new = admin_client(&pod_kubeconfig(&s.cluster, &s.ns, "again-coordinator").await).await.unwrap();
+    Api::<DIJob>::namespaced(new, &s.ns)
+        .patch("again", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .expect("the new coordinator scales the new job");
 }

@@ -2,9 +2,9 @@
 //!
 //! Where the API server has ValidatingAdmissionPolicy (GA in 1.30), every coordinator of a
 //! namespace runs as one ServiceAccount, `di-replicas`, bound once per namespace to the ClusterRole
-//! of the same name; the policy lets that identity change only the DIJob whose coordinator pod it
-//! is (the API server names the pod in a bound token's user info) and only what the endpoint
-//! changes: desired counts, learner GPUs and the replace annotation. A job then costs no RBAC
+//! of the same name; the policy lets that identity change only the DIJob whose current coordinator
+//! pod it is (the API server names the pod and its UID in a bound token's user info; the job's
+//! status names the UID of the coordinator it runs now) and only what the endpoint changes: desired counts, learner GPUs and the replace annotation. A job then costs no RBAC
 //! write. Elsewhere, and for a coordinator whose template names its own ServiceAccount (the
 //! policy cannot tell that account's other pods apart), each job gets its own ServiceAccount,
 //! Role and RoleBinding (`rbac`).
@@ -65,8 +65,13 @@ pub fn namespace_identity(namespace: &str) -> (ServiceAccount, RoleBinding) {
     )
 }
 
-/// The pod name a bound ServiceAccount token carries in the request's user info.
+/// The pod name and UID a bound ServiceAccount token carries in the request's user info.
 const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+
+/// What the policy answers a coordinator pod of the right name that the job's status does not
+/// name (yet): the replica endpoint waits for the status rather than send a write refused so.
+const NOT_CURRENT: &str = "is not the coordinator this DIJob runs now (status.coordinatorUID)";
 
 /// `new` and `old` (CEL maps) hold the same keys with the same values, `allowed` keys aside.
 /// Written with `all` over keys, which every API server with the policy API (1.30+) evaluates.
@@ -86,6 +91,16 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             "messageExpression": format!(
                 "'only the coordinator pod ' + request.name + '{coordinator_suffix} of this DIJob may change it as {SHARED}, \
                  not ' + (size(variables.pods) == 0 ? 'a token bound to no pod' : 'pod ' + variables.pods[0])"
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            // The name alone would let a predecessor's coordinator, still terminating after the
+            // job was deleted and submitted again, scale the new job: its pod has the same name.
+            "expression": "size(variables.podUIDs) == 1 && variables.podUIDs[0] == oldObject.?status.?coordinatorUID.orValue('')",
+            "messageExpression": format!(
+                "'pod ' + (size(variables.pods) == 0 ? '' : variables.pods[0]) + ' ' + \
+                 (size(variables.podUIDs) == 0 ? '' : variables.podUIDs[0]) + ' {NOT_CURRENT}'"
             ),
             "reason": "Forbidden",
         },
@@ -135,6 +150,7 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             }],
             "variables": [
                 {"name": "pods", "expression": format!("request.userInfo.?extra[?'{POD_NAME}'].orValue([])")},
+                {"name": "podUIDs", "expression": format!("request.userInfo.?extra[?'{POD_UID}'].orValue([])")},
                 {"name": "spec", "expression": "object.?spec.orValue({})"},
                 {"name": "oldSpec", "expression": "oldObject.?spec.orValue({})"},
             ],

@@ -82,14 +82,7 @@ impl Builder<'_> {
                 format!("--port={REPLICAS_PORT}"),
             ]),
             ports: Some(vec![container_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT)]),
-            env: Some(vec![EnvVar {
-                name: env::POD_IP.into(),
-                value: None,
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector { field_path: "status.podIP".into(), ..Default::default() }),
-                    ..Default::default()
-                }),
-            }]),
+            env: Some(vec![from_field(env::POD_IP, "status.podIP"), from_field(env::POD_UID, "metadata.uid")]),
             restart_policy: Some("Always".into()),
             // The coordinator's container starts once the endpoint answers: DI-engine calls it at once.
             startup_probe: Some(Probe { period_seconds: Some(1), failure_threshold: Some(60), ..healthz() }),
@@ -114,5 +107,17 @@ impl Builder<'_> {
             }),
             ..Default::default()
         }
+    }
+}
+
+/// An environment variable the kubelet fills from the pod's own field (the downward API).
+fn from_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: path.into(), ..Default::default() }),
+            ..Default::default()
+        }),
     }
 }

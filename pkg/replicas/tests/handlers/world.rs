@@ -124,9 +124,13 @@ pub fn job_named(name: &str, learner: Value) -> Value {
             "coordinator": {"template": {"spec": container()}},
             "collector": {"replicas": 2, "template": {"spec": container()}},
             "learner": learner,
-        }
+        },
+        "status": {"coordinatorUID": COORDINATOR_UID},
     })
 }
+
+/// The endpoint's own pod, which the job's status names as its coordinator.
+pub const COORDINATOR_UID: &str = "coordinator-uid";
 
 pub fn pod(name: &str, role: &str, index: Option<u32>, port: i32) -> Value {
     pod_of("job", name, role, index, &[("di-port", port)])
@@ -284,7 +288,8 @@ pub fn serve(job: Value, pods: Vec<Value>, wait: Duration, peer: [u8; 4]) -> (ax
         seen,
     }));
     let scope = Scope { namespace: "ns".into(), job: name };
-    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, vec!["10.1.2.3".parse().unwrap()], wait);
+    let own = vec!["10.1.2.3".parse().unwrap()];
+    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, own, wait, COORDINATOR_UID.into());
     let app = router(endpoint).layer(MockConnectInfo(SocketAddr::from((peer, 40000))));
     (app, world)
 }

@@ -148,3 +148,33 @@ async fn a_hundred_concurrent_scales_with_clients_going_are_each_applied_once_or
     assert_eq!(w.job["spec"]["collector"]["replicas"], json!(2 + w.patches));
     assert!(w.seen.borrow().iter().all(|s| s.status != Some(409)), "a write was decided on a stale job");
 }
+
+/// A coordinator the job's status does not name (a predecessor's of the same name, still
+/// terminating after the job was submitted again, or one not recorded yet): it asks again until
+/// the endpoint's wait is over, writes nothing and is answered 409; named meanwhile, it writes.
+#[tokio::test(start_paused = true)]
+async fn a_coordinator_the_status_does_not_name_writes_nothing() {
+    let (app, world) = serve(job(), pods(), Duration::from_secs(5), LOCAL);
+    world.lock().unwrap().job["status"]["coordinatorUID"] = json!("successor-uid");
+    let (s, r) = call(&app, "POST", "/v1alpha1/replicas", SCALE_UP).await;
+    assert_error(s, &r, StatusCode::CONFLICT, "is not the coordinator job job runs now");
+    assert!(r["message"].as_str().unwrap().contains("successor-uid"), "{r}");
+    {
+        let w = world.lock().unwrap();
+        let looks = w.seen.borrow().iter().filter(|s| s.method == "GET" && s.path.ends_with("/dijobs/job")).count();
+        assert!(looks > 1, "looked once only: {looks}");
+        assert_eq!((w.patches, w.job["spec"]["collector"]["replicas"].clone()), (0, json!(2)));
+    }
+
+    world.lock().unwrap().job["status"] = json!({});
+    let named = {
+        let world = world.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            world.lock().unwrap().job["status"]["coordinatorUID"] = json!(COORDINATOR_UID);
+        }
+    };
+    let ((s, r), ()) = tokio::join!(call(&app, "POST", "/v1alpha1/replicas", SCALE_UP), named);
+    assert_eq!(s, StatusCode::OK, "{r}");
+    assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], json!(3));
+}
