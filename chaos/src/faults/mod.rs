@@ -25,6 +25,8 @@ use crate::report::{Outcome, Row};
 pub enum Fault {
     /// kill -9 of the orchestrator, again and again, while jobs start.
     Kill9,
+    /// kill -9 of the orchestrator, again and again, while one job of 500 collectors starts.
+    Kill9Big,
     /// Concurrent scale requests to one replica endpoint, some clients hanging up.
     Replicas,
     /// A job submitted again under its name while its predecessor's pods are collected.
@@ -50,8 +52,9 @@ pub struct Finding {
 type Running = Pin<Box<dyn Future<Output = anyhow::Result<Finding>> + Send>>;
 
 impl Fault {
-    const ALL: [Fault; 8] = [
+    const ALL: [Fault; 9] = [
         Fault::Kill9,
+        Fault::Kill9Big,
         Fault::Replicas,
         Fault::Resubmit,
         Fault::Coordinator,
@@ -63,7 +66,8 @@ impl Fault {
 
     fn title(self) -> &'static str {
         match self {
-            Fault::Kill9 => kill9::TITLE,
+            Fault::Kill9 => kill9::MANY.title,
+            Fault::Kill9Big => kill9::BIG.title,
             Fault::Replicas => replicas::TITLE,
             Fault::Resubmit => resubmit::TITLE,
             Fault::Coordinator => coordinator::TITLE,
@@ -77,7 +81,8 @@ impl Fault {
     /// The load it is to run under, for a row that has no finding to tell it.
     fn load(self) -> &'static str {
         match self {
-            Fault::Kill9 => kill9::LOAD,
+            Fault::Kill9 => kill9::MANY.load,
+            Fault::Kill9Big => kill9::BIG.load,
             Fault::Replicas => replicas::LOAD,
             Fault::Resubmit => resubmit::LOAD,
             Fault::Coordinator => coordinator::LOAD,
@@ -99,7 +104,8 @@ impl Fault {
 
     fn start(self, plane: Arc<Plane>) -> Running {
         match self {
-            Fault::Kill9 => Box::pin(async move { kill9::run(&plane).await }),
+            Fault::Kill9 => Box::pin(async move { kill9::run(&plane, &kill9::MANY).await }),
+            Fault::Kill9Big => Box::pin(async move { kill9::run(&plane, &kill9::BIG).await }),
             Fault::Replicas => Box::pin(async move { replicas::run(&plane).await }),
             Fault::Resubmit => Box::pin(async move { resubmit::run(&plane).await }),
             Fault::Coordinator => Box::pin(async move { coordinator::run(&plane).await }),

@@ -93,17 +93,24 @@ struct ServeArgs {
     #[arg(long, default_value_t = 1.0)]
     status_period_seconds: f64,
     /// Most status writes per second, all jobs together, of progress (pod counts, and a job's way
-    /// up: Created, Pending, Starting), and none while pods or Services are being created; the
-    /// rest wait their turn. Running, failures, conditions and the end never wait.
+    /// up: Created, Pending, Starting), and none while pods or Services are being created (at
+    /// most 3 s); the rest wait their turn. Running, failures, conditions and the end never wait.
     #[arg(long, default_value_t = 5.0)]
     status_writes_per_second: f64,
     /// Most events sent per second; the rest queue behind (events never hold up a pass). Normal
-    /// events also wait while pods or Services are being created (at most 30 s); warnings do not.
+    /// events also wait while pods or Services are being created (at most 3 s); warnings do not.
     #[arg(long, default_value_t = 5.0)]
     events_per_second: f64,
     /// Jobs reconciled at once.
     #[arg(long, default_value_t = 16)]
     concurrency: u16,
+    /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    creates_per_job: u16,
+    /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
+    /// of the API server.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    creates_in_flight: u16,
     /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
     /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
     /// job in waking and parking threads, and starting jobs waits on the API server, not on this
@@ -255,6 +262,8 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         status_period: Duration::from_secs_f64(args.status_period_seconds.max(0.0)),
         status_writes_per_second: args.status_writes_per_second,
         events_per_second: args.events_per_second,
+        creates_per_job: args.creates_per_job.into(),
+        creates_in_flight: args.creates_in_flight.into(),
     };
 
     let run = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));

@@ -61,9 +61,10 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
         }
         carry_out(ctx, job, &after_grants).await
     };
-    let (mut done, more) = match futures::try_join!(grants_then_coordinator, carry_out(ctx, job, &others)) {
-        Ok(done) => done,
-        Err(e) => {
+    // Both to their end: a refused collector does not keep the coordinator from being created.
+    let (mut done, more) = match futures::join!(grants_then_coordinator, carry_out(ctx, job, &others)) {
+        (Ok(done), Ok(more)) => (done, more),
+        (Err(e), _) | (_, Err(e)) => {
             // Someone may have deleted the namespace's shared identity (kubectl di uninstall):
             // the next pass makes sure of it again rather than trust what this process saw.
             if actions.contains(&Action::EnsureNamespaceIdentity) {
@@ -87,30 +88,21 @@ struct Done {
     replaced: Vec<String>,
 }
 
-/// Every action but the replica identity's, in order.
+/// Every action but the replica identity's. What creates nothing goes first, one after another in
+/// the plan's order (a replacement's restart is counted on its Service before the replacement
+/// exists); then the Services, then the pods, each concurrently (`creates`). Services first: a
+/// task job's pods look their peers up through its headless Service from their first moment.
 async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
-    let uid = job.uid().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
-    let (mut created, mut deleted, mut replaced) = (vec![], vec![], vec![]);
+    let (mut deleted, mut replaced) = (vec![], vec![]);
+    let (mut new_services, mut new_pods) = (vec![], vec![]);
     for &action in actions {
         match action {
             Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => {}
-            Action::CreateService(service) => {
-                create(&services, service).await?;
-                ctx.created.wrote(&uid, Kind::Service, &service.name_any());
-            }
-            Action::CreatePod(pod) => {
-                let made = create(&pods, pod).await?;
-                // Created or found existing, either way it is there: no pass creates it again
-                // before the cache shows it.
-                ctx.created.wrote(&uid, Kind::Pod, &pod.name_any());
-                if made {
-                    ctx.metrics.pods_created.inc();
-                    created.push(pod.name_any());
-                }
-            }
+            Action::CreateService(service) => new_services.push(&**service),
+            Action::CreatePod(pod) => new_pods.push(&**pod),
             Action::MarkRestart { service, mark } => {
                 // The UID, when known, makes this a write to the Service that was read.
                 let patch = json!({"metadata": {"uid": mark.service_uid, "annotations": mark.annotations()}});
@@ -159,7 +151,45 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             }
         }
     }
+    create_all(ctx, job, &services, new_services, Kind::Service).await?;
+    let created = create_all(ctx, job, &pods, new_pods, Kind::Pod).await?;
+    ctx.metrics.pods_created.inc_by(created.len() as u64);
     Ok(Done { created, deleted, replaced })
+}
+
+/// Warnings of their own for a pass's failed creates beyond the first (whose Warning is the
+/// pass's), at most: a quota that refuses a thousand pods is told by a few.
+const MORE_WARNINGS: usize = 4;
+
+/// Creates `objects` concurrently (`creates`); the names of those this call made (not found
+/// existing). Every create is tried; a failed one is told on the job by a Warning naming it, and
+/// the pass fails with the first failure, to run again after its backoff.
+async fn create_all<K>(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    api: &Api<K>,
+    objects: Vec<&K>,
+    kind: Kind,
+) -> Result<Vec<String>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let uid = job.uid().unwrap_or_default();
+    let tasks: Vec<_> = objects.into_iter().map(|object| create_one(ctx, api, &uid, kind, object)).collect();
+    let results = ctx.creates.run_all(tasks).await;
+    let (mut made, mut failed) = (vec![], vec![]);
+    for result in results {
+        match result {
+            Ok(name) => made.extend(name),
+            Err(e) => failed.push(e),
+        }
+    }
+    let mut failed = failed.into_iter();
+    let Some(first) = failed.next() else { return Ok(made) };
+    for other in failed.take(MORE_WARNINGS) {
+        publish_on(ctx, job, EventType::Warning, &other.kind(), "Reconcile", Some(other.to_string()));
+    }
+    Err(first)
 }
 
 /// One event per kind of change in a pass, not one per pod: a 500-replica job must not cost 500
@@ -203,6 +233,18 @@ fn summary(verb: &str, names: &[String]) -> String {
         text.push_str(&format!(" and {} more", names.len() - SHOWN));
     }
     text
+}
+
+/// Creates one object of the job `uid`; its name when this call made it.
+async fn create_one<K>(ctx: &Context, api: &Api<K>, uid: &str, kind: Kind, object: &K) -> Result<Option<String>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let made = create(api, object).await?;
+    // Created or found existing, either way it is there: no pass creates it again before the
+    // cache shows it.
+    ctx.created.wrote(uid, kind, &object.name_any());
+    Ok(made.then(|| object.name_any()))
 }
 
 /// Creates `object`; `Ok(false)` when it already exists, which is success. The API server's answer

@@ -2,6 +2,7 @@
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
 pub mod created;
+pub mod creates;
 pub mod desired;
 pub mod error;
 pub mod events;

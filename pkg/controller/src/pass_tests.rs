@@ -98,6 +98,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         created: Default::default(),
         retries: Default::default(),
         namespaces: Default::default(),
+        creates: crate::creates::Limits::new(16, 64),
     })
 }
 
@@ -436,6 +437,44 @@ async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff
     assert!(warning["note"].as_str().unwrap().contains("creating Pod job-"), "{warning}");
 }
 
+/// Creates go out concurrently, and one refused stops none of the others: every pod is tried,
+/// the pass fails with the first refusal and a second one has its own Warning, naming its pod.
+#[tokio::test]
+async fn a_refused_create_keeps_none_of_the_others_from_being_made() {
+    let job = job(4, "Running", None);
+    let stored = serde_json::to_value(&job).unwrap();
+    let refused = ["job-collector-1", "job-collector-3"];
+    let (client, recorded) = di_testing::client(move |call| {
+        let name = call.body["metadata"]["name"].as_str().unwrap_or_default();
+        if call.method == "POST" && call.path.ends_with("/pods") && refused.contains(&name) {
+            return Some(Answer::status(403, &format!("pods \"{name}\" is forbidden: exceeded quota")));
+        }
+        (call.method == "PATCH" && call.path.contains("/dijobs/")).then(|| Answer::json(200, stored.clone()))
+    });
+    let error = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap_err();
+    assert_eq!(error.kind(), "CreatePod");
+    let mut tried = calls(&recorded, "POST", "pods");
+    tried.sort();
+    assert_eq!(tried, ["job-collector-0", "job-collector-1", "job-collector-2", "job-collector-3", "job-coordinator"]);
+    let first = refused.iter().find(|name| error.to_string().contains(*name)).expect("the pass names its refusal");
+    let other = refused.iter().find(|name| *name != first).unwrap();
+    let warning = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let found = recorded.calls().into_iter().find_map(|c| {
+                let note = c.body["note"].as_str().unwrap_or_default().to_owned();
+                (c.path.ends_with("/events") && note.contains(*other)).then_some(c.body)
+            });
+            if let Some(event) = found {
+                return event;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a Warning of its own for the second refusal");
+    assert_eq!((warning["type"].as_str(), warning["reason"].as_str()), (Some("Warning"), Some("CreatePod")));
+}
+
 #[tokio::test]
 async fn an_invalid_edit_of_a_running_job_keeps_it_running_as_it_was() {
     // Possible only without the webhook: a running job's collectors set to -1.
@@ -475,12 +514,17 @@ async fn a_pass_before_the_caches_show_its_creations_creates_nothing_twice() {
     let (client, recorded) = fake_api_server(&job);
     let ctx = context(client, vec![], vec![]);
     reconcile(view_of(&job), ctx.clone()).await.unwrap();
-    let all = ["job-coordinator", "job-collector-0", "job-collector-1"];
-    assert_eq!(calls(&recorded, "POST", "pods"), all);
+    // Created concurrently: in no particular order.
+    let sorted = |mut names: Vec<String>| {
+        names.sort();
+        names
+    };
+    let all = ["job-collector-0", "job-collector-1", "job-coordinator"];
+    assert_eq!(sorted(calls(&recorded, "POST", "pods")), all);
     // The pods' events bring the next pass before the caches hold the pods: nothing again, and
     // no status that describes a world without them.
     reconcile(view_of(&job), ctx.clone()).await.unwrap();
-    assert_eq!(calls(&recorded, "POST", "pods"), all, "each pod created once");
+    assert_eq!(sorted(calls(&recorded, "POST", "pods")), all, "each pod created once");
     assert_eq!(calls(&recorded, "POST", "services").len(), 3, "each service created once");
     assert_eq!(calls(&recorded, "POST", "rolebindings"), ["job-replicas"], "the RBAC too");
     assert!(status_writes(&recorded).is_empty());

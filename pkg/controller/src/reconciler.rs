@@ -51,6 +51,8 @@ pub struct Context {
     pub retries: Retries,
     /// Namespaces whose shared replica identity exists.
     pub namespaces: crate::identity::Namespaces,
+    /// How many creates go out at once, per job and all jobs together.
+    pub creates: crate::creates::Limits,
 }
 
 /// Options of the reconciler loop.
@@ -68,6 +70,10 @@ pub struct Options {
     pub status_writes_per_second: f64,
     /// Most events sent per second.
     pub events_per_second: f64,
+    /// Creates of one job's pass in flight at once (see `creates`).
+    pub creates_per_job: usize,
+    /// Creates in flight at once, all passes together.
+    pub creates_in_flight: usize,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -146,6 +152,7 @@ pub async fn run(
         created: Created::default(),
         retries: Retries::default(),
         namespaces: Default::default(),
+        creates: crate::creates::Limits::new(options.creates_per_job, options.creates_in_flight),
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
