@@ -31,6 +31,11 @@ const SUBMITTERS: usize = 64;
 
 /// The local control plane, or `None` (and why, on stderr) when this machine cannot run one.
 pub async fn control_plane() -> anyhow::Result<Option<ControlPlane>> {
+    control_plane_with(None).await
+}
+
+/// As [`control_plane`], with etcd's answers `etcd_delay` late when given.
+pub async fn control_plane_with(etcd_delay: Option<Duration>) -> anyhow::Result<Option<ControlPlane>> {
     let root = binaries::repo_root();
     let binaries = match binaries::obtain(&root)? {
         Ok(b) => b,
@@ -39,7 +44,7 @@ pub async fn control_plane() -> anyhow::Result<Option<ControlPlane>> {
             return Ok(None);
         }
     };
-    Ok(Some(ControlPlane::start(&binaries, &root.join(".cache/controlplane/runs")).await?))
+    Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), etcd_delay).await?))
 }
 
 /// One orchestrator under test, and what a figure needs to measure it.
@@ -56,13 +61,15 @@ pub struct Bench {
 }
 
 impl Bench {
-    /// An orchestrator of its own for a new namespace, with simulated nodes, once it is ready.
+    /// An orchestrator of its own for a new namespace, with simulated nodes, once it is ready;
+    /// `flags` besides the defaults.
     pub async fn start(
         plane: &ControlPlane,
         cluster: &TestCluster,
         hint: &str,
         instance: &str,
         base_ns: &str,
+        flags: &[&str],
     ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
         let jobs_ns = cluster.namespace(hint).await;
         let nodes = SimulatedNodes::start(cluster.client.clone(), &jobs_ns);
@@ -70,6 +77,7 @@ impl Bench {
         // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
         // measured against the same baseline.
         let mut args = vec![format!("--probe-addr=127.0.0.1:{port}")];
+        args.extend(flags.iter().map(|f| f.to_string()));
         args.extend(
             std::env::var("DI_BENCH_ORCHESTRATOR_ARGS").unwrap_or_default().split_whitespace().map(String::from),
         );

@@ -3,12 +3,14 @@
 //! requests per job against the minimum and where the orchestrator waited (`requests`), where one
 //! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
 //! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
-//! idle, at scale and among unrelated pods (`scale`). `harness` starts what they all measure.
+//! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
+//! answer as late as in production (`latency`). `harness` starts what they all measure.
 
 mod baseline;
 mod curve;
 mod fairness;
 mod harness;
+mod latency;
 mod process;
 mod replicas;
 mod requests;
@@ -72,13 +74,21 @@ pub enum Scenario {
     Fairness,
     /// RSS with 1,000 jobs and their pods, then among unrelated pods.
     Scale,
+    /// Big jobs' time to running with etcd's and the API server's answers late, as in production:
+    /// one create at a time against the default window.
+    Latency,
 }
 
 pub async fn run(only: &[Scenario]) -> anyhow::Result<Option<ClusterReport>> {
     let Some(plane) = harness::control_plane().await? else { return Ok(None) };
     let result = measure(&plane, only).await;
     plane.stop().await;
-    result.map(Some)
+    let mut report = result?;
+    // On a control plane of its own, with the latency production has.
+    if only.is_empty() || only.contains(&Scenario::Latency) {
+        latency::measure(&mut report.rows).await?;
+    }
+    Ok(Some(report))
 }
 
 async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<ClusterReport> {
@@ -88,7 +98,7 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
     cluster.install_crds().await;
     let base_ns = cluster.namespace("bench-baseline").await;
     let _base_nodes = SimulatedNodes::start(client.clone(), &base_ns);
-    let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns).await?;
+    let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns, &[]).await?;
     let idle_rss = rss_mib(bench.pid)?;
     let idle_cpu = cpu_seconds(bench.pid)?;
     let mut report = ClusterReport {
@@ -119,7 +129,8 @@ async fn measure(plane: &ControlPlane, only: &[Scenario]) -> anyhow::Result<Clus
     }
     if wanted(Scenario::Scale) {
         // A fresh orchestrator of its own, so its memory is that of these jobs alone.
-        let (_scaled, scale, _scale_nodes) = Bench::start(plane, &cluster, "bench-scale", "-scale", &base_ns).await?;
+        let (_scaled, scale, _scale_nodes) =
+            Bench::start(plane, &cluster, "bench-scale", "-scale", &base_ns, &[]).await?;
         scale::measure(&scale, rss_mib(scale.pid)?, &mut report.rows).await?;
     }
     let cpu = cpu_seconds(bench.pid)? - idle_cpu;

@@ -31,12 +31,20 @@ pub struct ControlPlane {
     /// `https://127.0.0.1:<port>`.
     pub server: String,
     children: Vec<(&'static str, Child)>,
+    /// Between the API server and etcd, when a start asked for latency there.
+    pub etcd_proxy: Option<crate::delay::DelayProxy>,
 }
 
 impl ControlPlane {
     /// Starts etcd, the API server and the controller manager under `runs/<our pid>/`, and
     /// returns once the API server is ready and the controller manager has acted.
     pub async fn start(binaries: &Binaries, runs: &Path) -> anyhow::Result<Self> {
+        Self::start_with(binaries, runs, None).await
+    }
+
+    /// As [`ControlPlane::start`], with etcd's every answer `etcd_delay` late when given: a
+    /// production disk's fsync, which etcd's `--unsafe-no-fsync` here otherwise leaves out.
+    pub async fn start_with(binaries: &Binaries, runs: &Path, etcd_delay: Option<Duration>) -> anyhow::Result<Self> {
         reap_stale(runs);
         let dir = runs.join(std::process::id().to_string());
         if dir.exists() {
@@ -51,7 +59,7 @@ impl ControlPlane {
         let server = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
         write_kubeconfig(&kubeconfig, &server, &pki.ca_cert, &admin_cert, &admin_key)?;
-        let mut plane = ControlPlane { dir: dir.clone(), kubeconfig, server, children: vec![] };
+        let mut plane = ControlPlane { dir: dir.clone(), kubeconfig, server, children: vec![], etcd_proxy: None };
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -71,6 +79,15 @@ impl ControlPlane {
                 "--log-level=warn".into(),
             ],
         )?;
+        let etcd_url = match etcd_delay {
+            None => etcd_url,
+            Some(delay) => {
+                let proxy = crate::delay::DelayProxy::start(([127, 0, 0, 1], etcd_port).into(), delay).await?;
+                let url = format!("http://{}", proxy.addr);
+                plane.etcd_proxy = Some(proxy);
+                url
+            }
+        };
         plane.spawn(
             "kube-apiserver",
             &binaries.kube_apiserver,

@@ -1,10 +1,11 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
-//! `certs`) and what the suite needs to drive a cluster (`cluster`, `nodes`, `orchestrator`).
+//! `certs`, `delay` for latency where production has it) and what the suite needs to drive a cluster (`cluster`, `nodes`, `orchestrator`).
 
 pub mod binaries;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;
+pub mod delay;
 pub mod nodes;
 pub mod orchestrator;
 pub mod scenario;
