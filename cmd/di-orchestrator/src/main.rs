@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use di_controller::desired::Settings;
 use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
@@ -18,162 +18,10 @@ use di_controller::reconciler::{self, Options};
 use di_controller::timing::timed_client;
 use tracing::info;
 
+mod args;
 mod stop;
+use args::{Cli, Command, ReplicasArgs, ServeArgs, WebhookArgs};
 use stop::{Stopped, run_to_end, until_stopped};
-
-#[derive(Parser)]
-#[command(name = "di-orchestrator", version, about = "Kubernetes orchestration of DI-engine jobs")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the DIJob reconciler, with health probes and metrics.
-    Serve(Box<ServeArgs>),
-    /// Run the replica endpoint of one job (the sidecar next to its coordinator).
-    Replicas(ReplicasArgs),
-}
-
-#[derive(Args)]
-struct ReplicasArgs {
-    /// Namespace of the job.
-    #[arg(long, env = "KUBERNETES_POD_NAMESPACE")]
-    namespace: String,
-    /// Name of the DIJob this endpoint serves, and no other.
-    #[arg(long)]
-    job: String,
-    /// Port to listen on (all addresses of the pod).
-    #[arg(long, default_value_t = di_api::contract::REPLICAS_PORT as u16)]
-    port: u16,
-    /// Address to bind.
-    #[arg(long, default_value = "0.0.0.0")]
-    bind_address: std::net::IpAddr,
-    /// The pod's own IPs, comma-separated: writes are accepted from them and from loopback.
-    #[arg(long, env = "KUBERNETES_POD_IP", value_delimiter = ',')]
-    pod_ip: Vec<std::net::IpAddr>,
-    /// How long an answer waits for the reconciler to carry a change out, in seconds.
-    #[arg(long, default_value_t = 30)]
-    wait_seconds: u64,
-    /// The UID of the pod this endpoint runs in: it writes once the job's status names that pod
-    /// as the job's coordinator.
-    #[arg(long, env = "KUBERNETES_POD_UID")]
-    pod_uid: String,
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, env = "DI_PROBE_ADDR", default_value = "0.0.0.0:8080")]
-    probe_addr: SocketAddr,
-    /// Image of the replica endpoint sidecar added to every coordinator (this binary's image).
-    #[arg(long, env = "DI_REPLICAS_IMAGE", default_value = di_api::contract::IMAGE)]
-    replicas_image: String,
-    /// GPUs one DDP learner pod may hold; larger learners are split across pods.
-    #[arg(long, default_value_t = 8)]
-    max_gpus_per_pod: i32,
-    /// AggregatorConfig (namespace/name) for jobs that name none.
-    #[arg(long, default_value = "di-system/aggregator-config")]
-    default_aggregator_config: String,
-    /// The cluster's DNS domain, in the FQDNs a task job's pods find each other by (`DI_NODES`).
-    #[arg(long, env = "DI_CLUSTER_DOMAIN", default_value = di_api::tasks::DEFAULT_CLUSTER_DOMAIN)]
-    cluster_domain: String,
-    /// Who replica endpoints are to the API server: `auto` takes the admission policy where the
-    /// API server has it (Kubernetes 1.30+; no RBAC write per job) and per-job RBAC elsewhere;
-    /// `policy` refuses to start without it; `per-job` always makes a job's own RBAC.
-    #[arg(long, value_enum, env = "DI_REPLICA_IDENTITY", default_value = "auto")]
-    replica_identity: ReplicaIdentity,
-    /// First delay before a failed replica is replaced, in seconds; it doubles each time.
-    #[arg(long, default_value_t = 10.0)]
-    restart_backoff_seconds: f64,
-    /// Least time between two progress writes of a job's status (pod counts, and its way up), in
-    /// seconds, also counted from the pass that created its pods; failures, conditions, the end
-    /// and a job running with every replica ready are written at once.
-    #[arg(long, default_value_t = 1.0)]
-    status_period_seconds: f64,
-    /// Most status writes per second, all jobs together, of progress (pod counts, and a job's way
-    /// up: Created, Pending, Starting), and none while pods or Services are being created (at
-    /// most 3 s); the rest wait their turn. Running, failures, conditions and the end never wait.
-    #[arg(long, default_value_t = 5.0)]
-    status_writes_per_second: f64,
-    /// Most events sent per second; the rest queue behind (events never hold up a pass). Normal
-    /// events also wait while pods or Services are being created (at most 3 s); warnings do not.
-    #[arg(long, default_value_t = 5.0)]
-    events_per_second: f64,
-    /// Jobs reconciled at once.
-    #[arg(long, default_value_t = 16)]
-    concurrency: u16,
-    /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
-    creates_per_job: u16,
-    /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
-    /// of the API server.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
-    creates_in_flight: u16,
-    /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
-    /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
-    /// job in waking and parking threads, and starting jobs waits on the API server, not on this
-    /// process. Raise it where the orchestrator's CPU is the limit (see the README).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
-    worker_threads: u16,
-    /// Reconcile only the DIJobs of this namespace (default: every namespace).
-    #[arg(long, env = "DI_WATCH_NAMESPACE")]
-    namespace: Option<String>,
-    /// Hold a Lease before reconciling, so only one replica acts.
-    #[arg(long)]
-    leader_elect: bool,
-    /// Namespace of the Lease.
-    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
-    lease_namespace: String,
-    /// Name of the Lease.
-    #[arg(long, default_value = "di-orchestrator")]
-    lease_name: String,
-    /// Seconds the Lease stays the leader's after its last renewal: a standby takes over after
-    /// this long when the leader dies without releasing it.
-    #[arg(long, default_value_t = 15)]
-    lease_duration_seconds: u64,
-    /// Seconds the leader keeps trying to renew before it stops reconciling and exits; shorter
-    /// than --lease-duration-seconds, so it has stopped before a standby may take over.
-    #[arg(long, default_value_t = 10)]
-    renew_deadline_seconds: u64,
-    /// Seconds between renewals, and the timeout of each request for the Lease (which every
-    /// replica reads twice as often). Shorter than --renew-deadline-seconds.
-    #[arg(long, default_value_t = 2)]
-    retry_period_seconds: u64,
-    #[command(flatten)]
-    webhook: WebhookArgs,
-}
-
-#[derive(Args)]
-struct WebhookArgs {
-    /// Serve the admission webhooks (HTTPS) on this address; unset serves none.
-    #[arg(long, env = "DI_WEBHOOK_ADDR")]
-    webhook_addr: Option<SocketAddr>,
-    /// Serving certificate (PEM) mounted from a Secret, reloaded when it changes. Without it the
-    /// certificates are self-managed.
-    #[arg(long, requires = "tls_key_file")]
-    tls_cert_file: Option<std::path::PathBuf>,
-    /// Private key (PEM) of --tls-cert-file.
-    #[arg(long, requires = "tls_cert_file")]
-    tls_key_file: Option<std::path::PathBuf>,
-    /// Self-managed: the Secret that keeps the CA and the serving certificate.
-    #[arg(long, default_value = "di-orchestrator-webhook-certs")]
-    webhook_secret: String,
-    /// Self-managed: namespace of that Secret.
-    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
-    webhook_secret_namespace: String,
-    /// Self-managed: names the serving certificate is valid for, comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "di-orchestrator-webhook.di-system.svc,di-orchestrator-webhook.di-system.svc.cluster.local"
-    )]
-    webhook_hosts: Vec<String>,
-    /// Self-managed: the Mutating- and ValidatingWebhookConfiguration that get the CA bundle.
-    #[arg(long, default_value = "di-orchestrator")]
-    webhook_configuration: String,
-}
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -386,21 +234,4 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "di-orchestrator".into())
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum ReplicaIdentity {
-    Auto,
-    Policy,
-    PerJob,
-}
-
-impl From<ReplicaIdentity> for di_controller::identity::Choice {
-    fn from(choice: ReplicaIdentity) -> Self {
-        match choice {
-            ReplicaIdentity::Auto => Self::Auto,
-            ReplicaIdentity::Policy => Self::Policy,
-            ReplicaIdentity::PerJob => Self::PerJob,
-        }
-    }
 }

@@ -1,0 +1,177 @@
+//! The command line: `serve` (the reconciler, webhooks, probes) and `replicas` (one job's replica
+//! endpoint), with every flag and its default.
+
+use std::net::SocketAddr;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "di-orchestrator", version, about = "Kubernetes orchestration of DI-engine jobs")]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Run the DIJob reconciler, with health probes and metrics.
+    Serve(Box<ServeArgs>),
+    /// Run the replica endpoint of one job (the sidecar next to its coordinator).
+    Replicas(ReplicasArgs),
+}
+
+#[derive(Args)]
+pub(crate) struct ReplicasArgs {
+    /// Namespace of the job.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE")]
+    pub(crate) namespace: String,
+    /// Name of the DIJob this endpoint serves, and no other.
+    #[arg(long)]
+    pub(crate) job: String,
+    /// Port to listen on (all addresses of the pod).
+    #[arg(long, default_value_t = di_api::contract::REPLICAS_PORT as u16)]
+    pub(crate) port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub(crate) bind_address: std::net::IpAddr,
+    /// The pod's own IPs, comma-separated: writes are accepted from them and from loopback.
+    #[arg(long, env = "KUBERNETES_POD_IP", value_delimiter = ',')]
+    pub(crate) pod_ip: Vec<std::net::IpAddr>,
+    /// How long an answer waits for the reconciler to carry a change out, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) wait_seconds: u64,
+    /// The UID of the pod this endpoint runs in: it writes once the job's status names that pod
+    /// as the job's coordinator.
+    #[arg(long, env = "KUBERNETES_POD_UID")]
+    pub(crate) pod_uid: String,
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "DI_PROBE_ADDR", default_value = "0.0.0.0:8080")]
+    pub(crate) probe_addr: SocketAddr,
+    /// Image of the replica endpoint sidecar added to every coordinator (this binary's image).
+    #[arg(long, env = "DI_REPLICAS_IMAGE", default_value = di_api::contract::IMAGE)]
+    pub(crate) replicas_image: String,
+    /// GPUs one DDP learner pod may hold; larger learners are split across pods.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) max_gpus_per_pod: i32,
+    /// AggregatorConfig (namespace/name) for jobs that name none.
+    #[arg(long, default_value = "di-system/aggregator-config")]
+    pub(crate) default_aggregator_config: String,
+    /// The cluster's DNS domain, in the FQDNs a task job's pods find each other by (`DI_NODES`).
+    #[arg(long, env = "DI_CLUSTER_DOMAIN", default_value = di_api::tasks::DEFAULT_CLUSTER_DOMAIN)]
+    pub(crate) cluster_domain: String,
+    /// Who replica endpoints are to the API server: `auto` takes the admission policy where the
+    /// API server has it (Kubernetes 1.30+; no RBAC write per job) and per-job RBAC elsewhere;
+    /// `policy` refuses to start without it; `per-job` always makes a job's own RBAC.
+    #[arg(long, value_enum, env = "DI_REPLICA_IDENTITY", default_value = "auto")]
+    pub(crate) replica_identity: ReplicaIdentity,
+    /// First delay before a failed replica is replaced, in seconds; it doubles each time.
+    #[arg(long, default_value_t = 10.0)]
+    pub(crate) restart_backoff_seconds: f64,
+    /// Least time between two progress writes of a job's status (pod counts, and its way up), in
+    /// seconds, also counted from the pass that created its pods; failures, conditions, the end
+    /// and a job running with every replica ready are written at once.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) status_period_seconds: f64,
+    /// Most status writes per second, all jobs together, of progress (pod counts, and a job's way
+    /// up: Created, Pending, Starting), and none while pods or Services are being created (at
+    /// most 3 s); the rest wait their turn. Running, failures, conditions and the end never wait.
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) status_writes_per_second: f64,
+    /// Most events sent per second; the rest queue behind (events never hold up a pass). Normal
+    /// events also wait while pods or Services are being created (at most 3 s); warnings do not.
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) events_per_second: f64,
+    /// Jobs reconciled at once.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) concurrency: u16,
+    /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) creates_per_job: u16,
+    /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
+    /// of the API server.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) creates_in_flight: u16,
+    /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
+    /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
+    /// job in waking and parking threads, and starting jobs waits on the API server, not on this
+    /// process. Raise it where the orchestrator's CPU is the limit (see the README).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) worker_threads: u16,
+    /// Reconcile only the DIJobs of this namespace (default: every namespace).
+    #[arg(long, env = "DI_WATCH_NAMESPACE")]
+    pub(crate) namespace: Option<String>,
+    /// Hold a Lease before reconciling, so only one replica acts.
+    #[arg(long)]
+    pub(crate) leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
+    pub(crate) lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "di-orchestrator")]
+    pub(crate) lease_name: String,
+    /// Seconds the Lease stays the leader's after its last renewal: a standby takes over after
+    /// this long when the leader dies without releasing it.
+    #[arg(long, default_value_t = 15)]
+    pub(crate) lease_duration_seconds: u64,
+    /// Seconds the leader keeps trying to renew before it stops reconciling and exits; shorter
+    /// than --lease-duration-seconds, so it has stopped before a standby may take over.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) renew_deadline_seconds: u64,
+    /// Seconds between renewals, and the timeout of each request for the Lease (which every
+    /// replica reads twice as often). Shorter than --renew-deadline-seconds.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) retry_period_seconds: u64,
+    #[command(flatten)]
+    pub(crate) webhook: WebhookArgs,
+}
+
+#[derive(Args)]
+pub(crate) struct WebhookArgs {
+    /// Serve the admission webhooks (HTTPS) on this address; unset serves none.
+    #[arg(long, env = "DI_WEBHOOK_ADDR")]
+    pub(crate) webhook_addr: Option<SocketAddr>,
+    /// Serving certificate (PEM) mounted from a Secret, reloaded when it changes. Without it the
+    /// certificates are self-managed.
+    #[arg(long, requires = "tls_key_file")]
+    pub(crate) tls_cert_file: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub(crate) tls_key_file: Option<std::path::PathBuf>,
+    /// Self-managed: the Secret that keeps the CA and the serving certificate.
+    #[arg(long, default_value = "di-orchestrator-webhook-certs")]
+    pub(crate) webhook_secret: String,
+    /// Self-managed: namespace of that Secret.
+    #[arg(long, env = "KUBERNETES_POD_NAMESPACE", default_value = "di-system")]
+    pub(crate) webhook_secret_namespace: String,
+    /// Self-managed: names the serving certificate is valid for, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "di-orchestrator-webhook.di-system.svc,di-orchestrator-webhook.di-system.svc.cluster.local"
+    )]
+    pub(crate) webhook_hosts: Vec<String>,
+    /// Self-managed: the Mutating- and ValidatingWebhookConfiguration that get the CA bundle.
+    #[arg(long, default_value = "di-orchestrator")]
+    pub(crate) webhook_configuration: String,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ReplicaIdentity {
+    Auto,
+    Policy,
+    PerJob,
+}
+
+impl From<ReplicaIdentity> for di_controller::identity::Choice {
+    fn from(choice: ReplicaIdentity) -> Self {
+        match choice {
+            ReplicaIdentity::Auto => Self::Auto,
+            ReplicaIdentity::Policy => Self::Policy,
+            ReplicaIdentity::PerJob => Self::PerJob,
+        }
+    }
+}
