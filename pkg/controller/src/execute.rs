@@ -91,7 +91,8 @@ struct Done {
 /// Every action but the replica identity's. What creates nothing goes first, one after another in
 /// the plan's order (a replacement's restart is counted on its Service before the replacement
 /// exists); then the Services, then the pods, each concurrently (`creates`). Services first: a
-/// task job's pods look their peers up through its headless Service from their first moment.
+/// task job's pods look their peers up through its headless Service from their first moment, so
+/// a refused Service leaves the pods to the pass after it.
 async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
