@@ -4,13 +4,22 @@ use anyhow::Context;
 
 /// Resident memory of `pid`, in MiB.
 pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    status_mib(pid, "VmRSS")
+}
+
+/// The most resident memory `pid` has had, in MiB.
+pub fn peak_rss_mib(pid: u32) -> anyhow::Result<f64> {
+    status_mib(pid, "VmHWM")
+}
+
+fn status_mib(pid: u32, field: &str) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: f64 = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .context("VmRSS")?;
+        .with_context(|| format!("{field} of process {pid}"))?;
     Ok(kib / 1024.0)
 }
 

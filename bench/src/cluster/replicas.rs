@@ -1,13 +1,15 @@
 //! The replica endpoint: `POST /replicas` for 1 and 10 more collectors, from the request to the
 //! answer with their URLs, against the reconciler's own time to create the same pods when the
-//! job's spec is changed directly. Medians of a few runs.
+//! job's spec is changed directly (medians of a few runs); then its memory while the coordinator
+//! scales the job to 1,000 collectors, 100 at a time, and lists them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use di_api::DIJob;
 use di_api::contract::labels;
+use di_controller::desired::MEMORY_LIMIT_MIB;
 use di_e2e::cluster::TestCluster;
 use di_e2e::orchestrator::Sidecar;
 use k8s_openapi::api::core::v1::Pod;
@@ -17,6 +19,7 @@ use serde_json::json;
 
 use super::Row;
 use super::harness::{Bench, median, took, watch_until};
+use super::process::{peak_rss_mib, rss_mib};
 
 pub async fn measure(bench: &Bench, cluster: &TestCluster, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     const RUNS: usize = 3;
@@ -73,7 +76,59 @@ pub async fn measure(bench: &Bench, cluster: &TestCluster, rows: &mut Vec<Row>) 
             met: None,
         });
     }
+    rows.push(scale_to(bench, &sidecar, &url, &job, collectors, BIG).await?);
     Ok(())
+}
+
+/// Collectors the coordinator scales its job to, for the endpoint's memory.
+const BIG: usize = 1000;
+
+/// Scales the job from `collectors` to `target` through the endpoint, 100 at a time, then lists
+/// them; the endpoint's peak RSS meanwhile against its pod's memory limit.
+async fn scale_to(
+    bench: &Bench,
+    sidecar: &Sidecar,
+    url: &str,
+    job: &str,
+    collectors: usize,
+    target: usize,
+) -> anyhow::Result<Row> {
+    let (http, ns) = (reqwest::Client::new(), &bench.jobs_ns);
+    let pid = sidecar.pid().context("the endpoint's pid")?;
+    let before = rss_mib(pid)?;
+    let mut at = collectors;
+    while at < target {
+        let add = (target - at).min(100);
+        let body =
+            json!({"namespace": ns, "coordinator": format!("{job}-coordinator"), "collectors": {"replicas": add}});
+        let reply: serde_json::Value = http.post(url).json(&body).send().await?.json().await?;
+        if reply["success"] != true {
+            bail!("the replica endpoint answered {reply}\n{}", sidecar.log());
+        }
+        at += add;
+    }
+    let coordinator = format!("{job}-coordinator");
+    let listed: serde_json::Value = http
+        .get(url)
+        .query(&[("namespace", ns.as_str()), ("coordinator", coordinator.as_str())])
+        .send()
+        .await?
+        .json()
+        .await?;
+    let urls = listed["data"]["collectors"].as_array().map_or(0, Vec::len);
+    if urls != target {
+        bail!("the endpoint listed {urls} collectors of {target}: {listed}");
+    }
+    let peak = peak_rss_mib(pid)?;
+    let limit = f64::from(MEMORY_LIMIT_MIB);
+    Ok(Row {
+        figure: format!("replica endpoint's peak RSS, its job scaled to {target} collectors and listed"),
+        value: format!("{peak:.1} MiB ({before:.1} MiB before)"),
+        baseline: format!("{limit} MiB (its container's memory limit)"),
+        ratio: Some(peak / limit),
+        goal: "well within: ratio <= 0.5".into(),
+        met: Some(peak / limit <= 0.5),
+    })
 }
 
 /// Waits until the job runs its `collectors` and its status says so, then a little longer,

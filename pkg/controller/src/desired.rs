@@ -32,7 +32,7 @@ use kube::{Resource, ResourceExt};
 // The rule is di-api's, shared with the replica endpoint; re-exported for this crate's callers.
 use di_api::resources::needs_aggregator;
 pub use rbac::{Rbac, rbac};
-pub use sidecar::SIDECAR_USER;
+pub use sidecar::{MEMORY_LIMIT_MIB, SIDECAR_USER};
 pub use tasks::{TaskObjects, TaskPod, task_objects};
 
 /// How this orchestrator builds pods; the same for every job.

@@ -23,6 +23,7 @@ use tracing::{debug, info};
 
 use crate::scale::{self, ApiError};
 use crate::server::Endpoint;
+use crate::slim::{self, SlimPod};
 
 /// Why a step of a wait ended before the wait was over: the next step comes after a pause.
 #[derive(Debug)]
@@ -100,12 +101,13 @@ async fn watch_pods(
         None => {
             // From the API server's cache as it is: a consistent list would wait for the cache to
             // catch up with the job write just made, and the watch from this version misses nothing.
-            let list = api.list(&ListParams::default().labels(&selector).match_any()).await.map_err(again)?;
-            let pods = known.pods.insert(list.items.into_iter().map(|p| (p.name_any(), p)).collect());
+            let (listed, version) =
+                slim::list(&api, &ListParams::default().labels(&selector).match_any()).await.map_err(again)?;
+            let pods = known.pods.insert(listed.into_iter().map(|p| (p.name_any(), p)).collect());
             if done(pods) {
                 return Ok(());
             }
-            known.version.insert(list.metadata.resource_version.unwrap_or_default()).clone()
+            known.version.insert(version).clone()
         }
     };
     // The server ends the watch by the deadline too, so a dropped connection cannot linger.
@@ -115,11 +117,11 @@ async fn watch_pods(
     while let Some(event) = events.try_next().await.map_err(again)? {
         let pods = known.pods.get_or_insert_default();
         match event {
-            WatchEvent::Added(pod) | WatchEvent::Modified(pod) => {
+            WatchEvent::Added(SlimPod(pod)) | WatchEvent::Modified(SlimPod(pod)) => {
                 known.version = pod.resource_version().or(known.version.take());
                 pods.insert(pod.name_any(), pod);
             }
-            WatchEvent::Deleted(pod) => {
+            WatchEvent::Deleted(SlimPod(pod)) => {
                 known.version = pod.resource_version().or(known.version.take());
                 pods.remove(&pod.name_any());
             }

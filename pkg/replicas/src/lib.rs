@@ -5,3 +5,4 @@
 mod follow;
 pub mod scale;
 pub mod server;
+mod slim;

@@ -31,6 +31,7 @@ use tracing::info;
 
 use crate::follow::{until_current, wait_for, wait_for_replacements};
 use crate::scale::{self, ApiError, Scope, internal};
+use crate::slim::{self, SlimPod};
 
 /// Largest request body; DI-engine's are a few hundred bytes.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -68,8 +69,8 @@ impl Endpoint {
         Api::namespaced(self.client.clone(), &self.scope.namespace)
     }
 
-    /// The namespace's pods, and the selector of this job's.
-    pub(crate) fn pod_api(&self) -> (Api<Pod>, String) {
+    /// The namespace's pods, as the endpoint reads them, and the selector of this job's.
+    pub(crate) fn pod_api(&self) -> (Api<SlimPod>, String) {
         let api = Api::namespaced(self.client.clone(), &self.scope.namespace);
         (api, format!("{}={}", labels::JOB_NAME, self.scope.job))
     }
@@ -82,7 +83,7 @@ impl Endpoint {
 
     pub(crate) async fn pods(&self) -> Result<Vec<Pod>, ApiError> {
         let (api, selector) = self.pod_api();
-        Ok(api.list(&ListParams::default().labels(&selector)).await.map_err(internal)?.items)
+        Ok(slim::list(&api, &ListParams::default().labels(&selector)).await.map_err(internal)?.0)
     }
 }
 

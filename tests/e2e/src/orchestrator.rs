@@ -267,6 +267,11 @@ impl Sidecar {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The process, for measuring it.
+    pub fn pid(&self) -> Option<u32> {
+        self._child.id()
+    }
 }
 
 /// A kubeconfig with the token a pod's containers get: its ServiceAccount's, bound to the pod

@@ -22,6 +22,10 @@ use super::{BuildError, Builder, Replica, container_port, inject_env, service_po
 /// a range (OpenShift's restricted SCC) may set its own.
 pub const SIDECAR_USER: i64 = 65532;
 
+/// The replica endpoint's memory limit, in MiB: it holds the job's pods (their names, labels
+/// and ports) while a request waits for them, a few MiB at 1,000 collectors (`make bench`).
+pub const MEMORY_LIMIT_MIB: u32 = 64;
+
 /// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
 pub(super) fn server_url(job: &str, namespace: &str) -> String {
     names::url(&names::coordinator(job), namespace, REPLICAS_PORT)
@@ -92,7 +96,7 @@ impl Builder<'_> {
                     ("cpu".to_string(), Quantity("10m".into())),
                     ("memory".to_string(), Quantity("16Mi".into())),
                 ])),
-                limits: Some(BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))])),
+                limits: Some(BTreeMap::from([("memory".to_string(), Quantity(format!("{MEMORY_LIMIT_MIB}Mi")))])),
                 ..Default::default()
             }),
             // Pod Security's `restricted` profile, on this container alone: a namespace that

@@ -28,6 +28,20 @@ async fn get_lists_collectors_and_learners_as_urls() {
 }
 
 #[tokio::test]
+async fn a_big_jobs_pods_are_read_in_pages_and_listed_whole() {
+    let mut pods = vec![pod("job-coordinator", "coordinator", None, 22273)];
+    pods.extend((0..250).map(|i| pod(&format!("job-collector-{i}"), "collector", Some(i), 22270)));
+    let (app, world) = serve(job(), pods, std::time::Duration::ZERO, LOCAL);
+    let (status, reply) = call(&app, "GET", "/v1alpha1/replicas?namespace=ns&coordinator=job-coordinator", b"").await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let listed = reply["data"]["collectors"].as_array().unwrap();
+    assert_eq!(listed.len(), 250);
+    assert_eq!((&listed[0], &listed[249]), (&json!("job-collector-0.ns:22270"), &json!("job-collector-249.ns:22270")));
+    let w = world.lock().unwrap();
+    assert_eq!(count(&w.seen.borrow(), Seen::is_pod_read), 3, "pages of 100");
+}
+
+#[tokio::test]
 async fn post_raises_the_desired_counts_and_answers_with_the_new_urls() {
     let (app, world) = setup(LOCAL);
     let body = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": {"replicas": 2}, "learners": {"replicas": 1, "gpus": "0"}}"#;

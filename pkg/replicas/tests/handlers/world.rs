@@ -101,6 +101,7 @@ pub fn count(log: &[Seen], what: fn(&Seen) -> bool) -> usize {
 pub struct Call {
     pub method: String,
     pub path: String,
+    pub query: String,
     pub watch: bool,
     pub bytes: Bytes,
     pub reply: oneshot::Sender<Response<Body>>,
@@ -199,14 +200,26 @@ pub fn answer(w: &mut World, call: &Call) -> Option<(u16, Body)> {
                 (_, true, Watches::Silent) => {
                     Some((200, Body::from_stream(futures::stream::pending::<Result<Bytes, Infallible>>())))
                 }
-                (_, false, _) => json(
-                    200,
-                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": w.pods}),
-                ),
+                (_, false, _) => json(200, pod_page(&w.pods, &call.query)),
             }
         }
         _ => json(404, status(404, "NotFound")),
     }
+}
+
+/// The page of `pods` a list's `limit` and `continue` ask for, as the API server pages (here the
+/// token is the offset of the page).
+fn pod_page(pods: &[Value], query: &str) -> Value {
+    let param = |name: &str| {
+        query.split('&').find_map(|p| p.strip_prefix(&format!("{name}="))).and_then(|v| v.parse::<usize>().ok())
+    };
+    let from = param("continue").unwrap_or(0).min(pods.len());
+    let to = param("limit").map_or(pods.len(), |limit| (from + limit).min(pods.len()));
+    let mut metadata = json!({"resourceVersion": "1"});
+    if to < pods.len() {
+        metadata["continue"] = json!(to.to_string());
+    }
+    json!({"apiVersion": "v1", "kind": "PodList", "metadata": metadata, "items": pods[from..to]})
 }
 
 pub fn bump_version(job: &mut Value) {
@@ -258,12 +271,13 @@ pub fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await.unwrap().to_bytes();
             let (method, path) = (parts.method.to_string(), parts.uri.path().to_string());
-            let watch = parts.uri.query().is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+            let query = parts.uri.query().unwrap_or_default().to_string();
+            let watch = query.split('&').any(|p| p == "watch=true");
             let mut w = world.lock().unwrap();
             let index = w.seen.borrow().len();
             let seen = Seen { method: method.clone(), path: path.clone(), watch, at: Instant::now(), status: None };
             w.seen.send_modify(|log| log.push(seen));
-            handle(&mut w, Call { method, path, watch, bytes, reply, index });
+            handle(&mut w, Call { method, path, query, watch, bytes, reply, index });
         }
     });
     Client::new(service, "default")
