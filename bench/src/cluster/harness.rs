@@ -27,7 +27,7 @@ use super::requests::Scrape;
 pub const RUN_LABEL: &str = "di-bench/run";
 
 /// Users submitting jobs at once.
-const SUBMITTERS: usize = 64;
+pub const SUBMITTERS: usize = 64;
 
 /// The local control plane, or `None` (and why, on stderr) when this machine cannot run one.
 pub async fn control_plane() -> anyhow::Result<Option<ControlPlane>> {
@@ -186,14 +186,8 @@ impl Bench {
     /// Submits the jobs and waits until they run, as [`Bench::until_running`]; when each step was.
     pub async fn submit(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Marks> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
-        let want = format!("{n}/{n}");
         let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
-            let running = all.iter().filter(|j| {
-                let s = j.status.as_ref();
-                s.and_then(|s| s.phase) == Some(Phase::Running)
-                    && s.and_then(|s| s.collectors.as_deref()) == Some(&want)
-            });
-            running.count() == m
+            all.iter().filter(|j| job_running(j, n)).count() == m
         })
         .await?;
         let start = Instant::now();
@@ -297,6 +291,13 @@ impl Marks {
     pub fn took(&self) -> Duration {
         self.done - self.start
     }
+}
+
+/// Whether a job's status says it runs with all its `n` collectors ready.
+pub fn job_running(job: &DIJob, n: usize) -> bool {
+    let status = job.status.as_ref();
+    status.and_then(|s| s.phase) == Some(Phase::Running)
+        && status.and_then(|s| s.collectors.as_deref()) == Some(format!("{n}/{n}").as_str())
 }
 
 /// Whether a pod's phase is Running.

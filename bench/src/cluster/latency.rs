@@ -1,9 +1,10 @@
 //! Time to running where production has its latency, on a control plane of its own: etcd's every
 //! answer 2 ms late (about a cloud disk's fsync, which `--unsafe-no-fsync` otherwise leaves out)
 //! and every client's API answers 0.5 ms late (a network hop; tokio's timer makes it about a
-//! millisecond, and the report gives what the proxies measured). Two orchestrators side by side,
-//! one creating a job's objects one at a time (`--creates-per-job=1`, as before commit 8efa7b9)
-//! and one with the default window, each run of one next to a run of the other.
+//! millisecond, and the report gives what the proxies measured). The orchestrator against the
+//! limit at every size (see `limit`), and in the first invocation, at 500 collectors and more,
+//! against an orchestrator creating a job's objects one at a time (`--creates-per-job=1`, as
+//! before commit 8efa7b9).
 
 use std::time::Duration;
 
@@ -14,20 +15,26 @@ use di_e2e::nodes::SimulatedNodes;
 
 use super::Row;
 use super::harness::{self, Bench, median};
+use super::limit::{Limit, Pairs};
 
 const ETCD: Duration = Duration::from_millis(2);
 const API: Duration = Duration::from_micros(500);
-/// Collectors of the one job, and runs a side.
-const SIZES: [(usize, usize); 3] = [(100, 3), (500, 3), (1000, 1)];
+/// Jobs this big are also measured against serial creates.
+const SERIAL_FROM: usize = 500;
 
-pub async fn measure(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+pub async fn measure(rows: &mut Vec<Row>, limit: &mut Limit, first: bool) -> anyhow::Result<()> {
     let Some(plane) = harness::control_plane_with(Some(ETCD)).await? else { return Ok(()) };
-    let result = on(&plane, rows).await;
+    let result = on(&plane, rows, limit, first).await;
     plane.stop().await;
     result
 }
 
-async fn on(plane: &di_e2e::controlplane::ControlPlane, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+async fn on(
+    plane: &di_e2e::controlplane::ControlPlane,
+    rows: &mut Vec<Row>,
+    limit: &mut Limit,
+    first: bool,
+) -> anyhow::Result<()> {
     let server: std::net::SocketAddr = plane.server.trim_start_matches("https://").parse()?;
     let api = DelayProxy::start(server, API).await?;
     let kubeconfig = through(&plane.kubeconfig, &format!("https://{}", api.addr))?;
@@ -35,29 +42,29 @@ async fn on(plane: &di_e2e::controlplane::ControlPlane, rows: &mut Vec<Row>) -> 
     cluster.install_crds().await;
     let base_ns = cluster.namespace("latency-baseline").await;
     let _base_nodes = SimulatedNodes::start(cluster.client.clone(), &base_ns);
-    let serial_flags = ["--creates-per-job=1"];
-    let (_a, serial, _an) = Bench::start(plane, &cluster, "latency-serial", "-serial", &base_ns, &serial_flags).await?;
     let (_b, window, _bn) = Bench::start(plane, &cluster, "latency-window", "-window", &base_ns, &[]).await?;
-    serial.time_to_running("warm", 1, 10).await?;
     window.time_to_running("warm", 1, 10).await?;
-    for (n, runs) in SIZES {
-        let (mut one, mut many) = (vec![], vec![]);
+    window.baseline("bwarm", 1, 10, 16).await?;
+    for (m, n, runs) in super::running::scenarios()? {
+        let (best, swept) = window.sweep(&format!("lsw{m}x{n}"), m, n).await?;
+        let (mut ours, mut base) = (vec![], vec![]);
         for run in 0..runs {
-            serial.settle().await?;
-            one.push(serial.until_running(&format!("s{n}-{run}"), 1, n).await?);
+            // Which side goes first alternates, as in `running`.
+            if run % 2 == 1 {
+                base.push(window.baseline(&format!("lb{m}x{n}-{run}"), m, n, best).await?);
+                window.settle().await?;
+            }
+            ours.push(window.until_running(&format!("lw{m}x{n}-{run}"), m, n).await?);
             window.settle().await?;
-            many.push(window.until_running(&format!("w{n}-{run}"), 1, n).await?);
+            if run % 2 == 0 {
+                base.push(window.baseline(&format!("lb{m}x{n}-{run}"), m, n, best).await?);
+                window.settle().await?;
+            }
         }
-        let (one, many) = (median(&mut one), median(&mut many));
-        let runs_note = if runs > 1 { format!(", median of {runs}") } else { String::new() };
-        rows.push(Row {
-            figure: format!("latency (etcd +2 ms, API +0.5 ms): time to running, 1 job x {n} collectors{runs_note}"),
-            value: format!("{:.2} s (default window)", many.as_secs_f64()),
-            baseline: format!("{:.2} s (one create at a time)", one.as_secs_f64()),
-            ratio: Some(one.as_secs_f64() / many.as_secs_f64()),
-            goal: "-".into(),
-            met: None,
-        });
+        if first && m == 1 && n >= SERIAL_FROM {
+            rows.push(serial_against(plane, &cluster, &base_ns, n, &mut ours.clone()).await?);
+        }
+        limit.add(m, n, Pairs::of(ours, base, best, swept));
     }
     let etcd = plane.etcd_proxy.as_ref().map_or(Duration::ZERO, DelayProxy::added);
     rows.push(Row::plain(
@@ -65,6 +72,31 @@ async fn on(plane: &di_e2e::controlplane::ControlPlane, rows: &mut Vec<Row>) -> 
         format!("etcd {:.2} ms, API server {:.2} ms", ms(etcd), ms(api.added())),
     ));
     Ok(())
+}
+
+/// One job of `n` created one object at a time, by an orchestrator of its own, against the
+/// default window's runs (`window`).
+async fn serial_against(
+    plane: &di_e2e::controlplane::ControlPlane,
+    cluster: &TestCluster,
+    base_ns: &str,
+    n: usize,
+    window: &mut [Duration],
+) -> anyhow::Result<Row> {
+    let hint = format!("latency-serial{n}");
+    let (_a, serial, _an) =
+        Bench::start(plane, cluster, &hint, &format!("-serial{n}"), base_ns, &["--creates-per-job=1"]).await?;
+    let one = serial.until_running(&format!("s{n}"), 1, n).await?;
+    serial.settle().await?;
+    let many = median(window);
+    Ok(Row {
+        figure: format!("latency (etcd +2 ms, API +0.5 ms): time to running, 1 job x {n} collectors"),
+        value: format!("{:.2} s (default window)", many.as_secs_f64()),
+        baseline: format!("{:.2} s (one create at a time)", one.as_secs_f64()),
+        ratio: Some(one.as_secs_f64() / many.as_secs_f64()),
+        goal: "ratio >= 2".into(),
+        met: Some(one.as_secs_f64() / many.as_secs_f64() >= 2.0),
+    })
 }
 
 fn ms(d: Duration) -> f64 {

@@ -1,45 +1,48 @@
-//! Time to running: M jobs of N collectors against the plain client creating the same objects,
-//! with the API server's and etcd's CPU on each side, the orchestrator's own CPU per job, the
-//! requests each job cost (see `requests`) and, for the larger multi-job scenarios, a CPU profile
-//! of the orchestrator.
+//! Time to running: M jobs of N collectors against the limit (`baseline`, its window found by a
+//! sweep at each size), added to `limit`; in the first invocation also the API server's and
+//! etcd's CPU on each side, the orchestrator's own CPU per job, the requests each job cost (see
+//! `requests`), a CPU profile of the orchestrator at the largest multi-job size, and where one
+//! small job's time goes (`timeline`).
 
 use std::time::Duration;
 
 use anyhow::Context;
 
-use super::harness::{Bench, median};
+use super::harness::Bench;
+use super::limit::{Limit, Pairs};
 use super::process::cpu_seconds;
 use super::requests::{self, Scrape};
 use super::{ClusterReport, Row};
 use crate::profile::Profile;
 
-pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Result<()> {
+pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limit, first: bool) -> anyhow::Result<()> {
     let (rows, waits, profiles) = (&mut report.rows, &mut report.waits, &mut report.profiles);
     // The API server's first requests of a kind pay for warming its caches; neither side
     // should be charged for that.
     bench.time_to_running("warm", 1, 10).await?;
-    bench.baseline("bwarm", 1, 10).await?;
-    // Every scenario runs several times, each run next to a baseline run, and the goal is judged
-    // on the median of the pairs' ratios (see `Paired`): one run of either side varies by a
-    // quarter here (2 cores shared by everything). So each runs as often as a minute or two
-    // allows (a run of 1x10 takes a fifth of a second, of 100x10 fifteen).
+    bench.baseline("bwarm", 1, 10, 16).await?;
+    // Every size runs several times, each run next to a baseline run, and the goal is judged on
+    // the median of the pairs' ratios (see `limit`): one run of either side varies by a quarter
+    // here (2 cores shared by everything).
     for (m, n, runs) in scenarios()? {
         let (mut ours, mut base) = (vec![], vec![]);
         let (mut server_ours, mut server_base) = (ServerCost::default(), ServerCost::default());
         let mut orchestrator = 0.0;
         let mut spent = Scrape::default();
-        // The largest multi-job scenario's first run is profiled.
-        let profiled = m >= 100;
+        // The largest multi-job size's first run is profiled, in the first invocation.
+        let profiled = first && m >= 100;
         let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
+        let (window, swept) = bench.sweep(&format!("sw{m}x{n}"), m, n).await?;
         // Each side starts from a quiet cluster and is charged until the cluster is quiet again
         // (see `settle`): after this, every side's run ends with a settle.
         bench.settle().await?;
         let idle_rate = bench.idle_server_rate(Duration::from_secs(2)).await?;
         for run in 0..runs {
+            let size = (m, n, window);
             // Which side goes first alternates, so neither is always the one right after a
             // settle or right before the other's tail.
             if run % 2 == 1 {
-                base.push(self::baseline(bench, &format!("b{m}x{n}-{run}"), m, n, &mut server_base).await?);
+                base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
             }
             // The API server's metrics are read outside the CPU window: rendering them costs it.
             let reads = bench.server_metrics().await?.reads_of_job_objects();
@@ -70,33 +73,14 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
             // After the second settle, so checks that trickle in late are still this run's.
             server_ours.reads += bench.server_metrics().await?.reads_of_job_objects() - reads;
             if run % 2 == 0 {
-                base.push(self::baseline(bench, &format!("b{m}x{n}-{run}"), m, n, &mut server_base).await?);
+                base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
             }
         }
-        let paired = Paired::of(&ours, &base);
-        let (spread_ours, spread_base) = (spread(&ours), spread(&base));
-        let (ours, base) = (median(&mut ours), median(&mut base));
+        limit.add(m, n, Pairs::of(ours, base, window, swept));
+        if !first {
+            continue;
+        }
         let scenario = format!("{m} job(s) x {n} collectors");
-        let runs_note = if runs > 1 { format!(", median of {runs}") } else { String::new() };
-        rows.push(Row {
-            figure: format!("time to running, {scenario}{runs_note}"),
-            value: format!("{:.3} s{spread_ours}", ours.as_secs_f64()),
-            baseline: format!("{:.3} s{spread_base} (plain client, pods and services only)", base.as_secs_f64()),
-            ratio: Some(ours.as_secs_f64() / base.as_secs_f64()),
-            goal: "-".into(),
-            met: None,
-        });
-        rows.push(Row {
-            figure: format!("time to running, {scenario}, ratio of each run to the baseline's next to it"),
-            value: format!(
-                "median {:.2}, middle half {:.2}-{:.2}",
-                paired.median, paired.quartiles.0, paired.quartiles.1
-            ),
-            baseline: "-".into(),
-            ratio: Some(paired.median),
-            goal: "ratio <= 1.15".into(),
-            met: Some(paired.median <= 1.15),
-        });
         rows.extend(requests::per_job(&spent, &scenario, (m * runs) as f64, n));
         rows.extend(server_ours.rows(&server_base, &scenario, (m * runs) as f64, idle_rate));
         // Far steadier than the ratio of times: no other process's share of the cores is in it.
@@ -106,15 +90,16 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport) -> anyhow::Resul
         ));
         waits.push((scenario, spent.request_time()));
     }
-    super::timeline::measure(bench, rows).await
+    if first { super::timeline::measure(bench, rows).await } else { Ok(()) }
 }
 
-/// Jobs, collectors and runs of each scenario: by default every size the issue names, as many
-/// runs as a minute or two allows; `DI_BENCH_SCENARIOS=1x10:40,1x500:3` measures only those, to
-/// try a change on one size with more runs.
-fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
+/// Jobs, collectors and runs of each size, in both scenarios (this one and `latency`): by
+/// default one job of 10 to 1,000 collectors and 100 jobs of 10, with more runs where a run is
+/// short and varies most; `DI_BENCH_SCENARIOS=1x10:40,1x500:3` measures only those, to try a
+/// change on one size with more runs.
+pub fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
     let Ok(list) = std::env::var("DI_BENCH_SCENARIOS") else {
-        return Ok(vec![(1, 10, 15), (10, 10, 9), (100, 10, 5), (1, 500, 5)]);
+        return Ok(vec![(1, 10, 9), (1, 100, 5), (1, 500, 3), (1, 1000, 3), (100, 10, 3)]);
     };
     let parse = |item: &str| -> Option<(usize, usize, usize)> {
         let (size, runs) = item.split_once(':')?;
@@ -133,14 +118,13 @@ fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
 /// with the cluster quiet again.
 async fn baseline(
     bench: &Bench,
-    prefix: &str,
-    m: usize,
-    n: usize,
+    prefix: String,
+    (m, n, window): (usize, usize, usize),
     server: &mut ServerCost,
 ) -> anyhow::Result<Duration> {
     let reads = bench.server_metrics().await?.reads_of_job_objects();
     let before = bench.server_cpu()?;
-    let took = bench.baseline(prefix, m, n).await?;
+    let took = bench.baseline(&prefix, m, n, window).await?;
     server.until_running += bench.server_cpu()? - before;
     bench.settle().await?;
     server.all += bench.server_cpu()? - before;
@@ -198,53 +182,5 @@ impl ServerCost {
                 ),
             ),
         ]
-    }
-}
-
-/// The ratios of each run to the baseline's run next to it in time. The machine's speed drifts
-/// (the same run varies by a quarter within minutes and by half between invocations), and two
-/// runs a moment apart share more of that drift than two medians taken over minutes do. Measured
-/// so far over two invocations only: the paired median moved less between them than the ratio
-/// of medians at three sizes of four.
-#[derive(Debug, PartialEq)]
-struct Paired {
-    median: f64,
-    /// The first and third quartiles: the middle half of the ratios.
-    quartiles: (f64, f64),
-}
-
-impl Paired {
-    fn of(ours: &[Duration], base: &[Duration]) -> Paired {
-        let mut ratios: Vec<f64> =
-            ours.iter().zip(base).map(|(o, b)| o.as_secs_f64() / b.as_secs_f64().max(1e-9)).collect();
-        ratios.sort_by(f64::total_cmp);
-        let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q).round() as usize];
-        Paired { median: at(0.5), quartiles: (at(0.25), at(0.75)) }
-    }
-}
-
-/// The run-to-run spread, ` (min-max)`, when there was more than one run.
-fn spread(runs: &[Duration]) -> String {
-    match (runs.iter().min(), runs.iter().max()) {
-        (Some(min), Some(max)) if runs.len() > 1 => format!(" ({:.3}-{:.3})", min.as_secs_f64(), max.as_secs_f64()),
-        _ => String::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paired_ratios_take_the_median_and_middle_half() {
-        let ms = |v: &[u64]| v.iter().map(|x| Duration::from_millis(*x)).collect::<Vec<_>>();
-        // The machine slows between the runs: each pair shares it.
-        let ours = ms(&[110, 220, 115, 330, 120]);
-        let base = ms(&[100, 200, 100, 300, 100]);
-        let paired = Paired::of(&ours, &base);
-        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        assert!(near(paired.median, 1.1), "{paired:?}");
-        assert!(near(paired.quartiles.0, 1.1) && near(paired.quartiles.1, 1.15), "{paired:?}");
-        assert!(near(Paired::of(&ms(&[150]), &ms(&[100])).median, 1.5), "one run");
     }
 }

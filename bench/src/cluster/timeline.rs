@@ -2,7 +2,8 @@
 //! (on the orchestrator's side, the DIJob's create; the bench's orchestrator serves no webhooks),
 //! when a watcher first saw one of its pods, when it saw them all running, and (on the
 //! orchestrator's side) when it saw the job's status say so. What a controller adds to the plain
-//! client is the time before the first pod and after the last one runs. These runs are apart
+//! client is the time before the first pod and after the last one runs. The baseline asks for
+//! all its objects at once. These runs are apart
 //! from the paired ones: their extra watch costs the API server.
 
 use std::sync::{Arc, Mutex};
@@ -49,7 +50,7 @@ pub async fn measure(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         bench.settle().await?;
         let job = format!("tb{run}");
         let pods = pods_seen(bench, &bench.base_ns, &format!("{job}-0"), COLLECTORS + 1).await?;
-        let marks = bench.baseline_marks(&job, 1, COLLECTORS).await?;
+        let marks = bench.baseline_marks(&job, 1, COLLECTORS, 2 * (COLLECTORS + 1)).await?;
         base.add(&marks, pods.await??);
         bench.settle().await?;
     }
