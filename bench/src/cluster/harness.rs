@@ -76,11 +76,12 @@ impl Bench {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
         // measured against the same baseline.
+        // The scenario's own flags last: a flag given twice takes its last value.
         let mut args = vec![format!("--probe-addr=127.0.0.1:{port}")];
-        args.extend(flags.iter().map(|f| f.to_string()));
         args.extend(
             std::env::var("DI_BENCH_ORCHESTRATOR_ARGS").unwrap_or_default().split_whitespace().map(String::from),
         );
+        args.extend(flags.iter().map(|f| f.to_string()));
         let orchestrator = LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &args).await;
         let kubeconfig = kube::config::Kubeconfig::read_from(orchestrator.kubeconfig())?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;

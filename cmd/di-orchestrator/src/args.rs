@@ -15,8 +15,12 @@ pub(crate) struct Cli {
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Run the DIJob reconciler, with health probes and metrics.
+    // A flag given twice takes its last value, as Go's flags (and so DI-orchestrator's) do: a
+    // deployment's extra args can override what a chart set before them.
+    #[command(args_override_self = true)]
     Serve(Box<ServeArgs>),
     /// Run the replica endpoint of one job (the sidecar next to its coordinator).
+    #[command(args_override_self = true)]
     Replicas(ReplicasArgs),
 }
 
@@ -173,5 +177,21 @@ impl From<ReplicaIdentity> for di_controller::identity::Choice {
             ReplicaIdentity::Policy => Self::Policy,
             ReplicaIdentity::PerJob => Self::PerJob,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value() {
+        let cli = Cli::try_parse_from(["di-orchestrator", "serve", "--creates-per-job=1", "--creates-per-job=64"])
+            .expect("parses");
+        let Command::Serve(args) = cli.command else { panic!("serve") };
+        assert_eq!(args.creates_per_job, 64);
+        assert!(Cli::try_parse_from(["di-orchestrator", "serve", "--creates-per-job=0"]).is_err(), "still checked");
     }
 }

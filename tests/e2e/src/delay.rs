@@ -23,7 +23,7 @@ pub struct DelayProxy {
     task: JoinHandle<()>,
 }
 
-/// Chunks handed on, and the time they were held in all, in microseconds.
+/// Chunks the timer held, and the time they were held in all, in microseconds.
 #[derive(Default)]
 struct Added {
     chunks: AtomicU64,
@@ -55,7 +55,8 @@ impl DelayProxy {
         Ok(DelayProxy { addr, delay, added, task })
     }
 
-    /// The mean time an answer's chunk was held, as measured.
+    /// The mean time the proxy held an answer's chunk, as measured; chunks held up by a slow
+    /// reader are not counted.
     pub fn added(&self) -> Duration {
         let chunks = self.added.chunks.load(Ordering::Relaxed).max(1);
         Duration::from_micros(self.added.micros.load(Ordering::Relaxed) / chunks)
@@ -81,10 +82,13 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration, 
     };
     let write = async {
         while let Some((arrived, chunk)) = due.recv().await {
+            // A chunk already due when its turn comes waited for the reader to take the ones
+            // before it, not for the proxy: only the others say what the proxy's timer added.
+            let early = Instant::now() < arrived + delay;
             if !delay.is_zero() {
                 tokio::time::sleep_until(arrived + delay).await;
             }
-            if let Some(added) = added {
+            if let Some(added) = added.filter(|_| early) {
                 added.chunks.fetch_add(1, Ordering::Relaxed);
                 added.micros.fetch_add(arrived.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
