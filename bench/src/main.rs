@@ -6,11 +6,13 @@
 //! fixed number of connections sends a fixed number of reviews to each.
 //!
 //! Cluster: the orchestrator on the local control plane with simulated nodes (see `cluster`):
-//! time to running against a plain client creating the same objects, API requests and status
-//! writes per job, where the orchestrator waited on the API server, a perf profile of the largest
-//! multi-job scenario, the replica endpoint against the reconciler alone, memory and CPU idle,
-//! with 1,000 jobs and among 100,000 unrelated pods, and the scaling curve. `--only SCENARIO`
-//! runs a part of it (the webhook figures are always taken).
+//! time to running against the limit (the least any operator must do for a job, as fast as the
+//! API server allows), with and without production's latency, over several invocations; API
+//! requests and status writes per job, where the orchestrator waited on the API server, a perf
+//! profile of the largest multi-job size, the replica endpoint against the reconciler alone and
+//! its memory at 1,000 collectors, the orchestrator's memory and CPU idle, with 1,000 jobs and
+//! among 100,000 unrelated pods, and the scaling curve. `--only SCENARIO` runs a part of it (the
+//! webhook figures are always taken).
 
 mod cluster;
 mod profile;
