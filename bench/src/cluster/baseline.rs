@@ -23,7 +23,9 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::harness::{Bench, Marks, RUN_LABEL, SUBMITTERS, job, job_running, pod_running, took, watch_until};
+use super::harness::{
+    Bench, Marks, RUN_LABEL, SUBMITTERS, all_ready, job, job_running, pod_running, took, watch_until,
+};
 
 /// Windows the sweep tries (those above a run's object count are the same as all at once).
 const WINDOWS: [usize; 4] = [4, 16, 64, 256];
@@ -54,8 +56,9 @@ impl Bench {
     /// As [`Bench::baseline`]; when each step was (`posted`: every create answered).
     pub async fn baseline_marks(&self, prefix: &str, m: usize, n: usize, concurrency: usize) -> anyhow::Result<Marks> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.base_ns);
+        let want = all_ready(n);
         let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
-            all.iter().filter(|j| job_running(j, n)).count() == m
+            all.iter().filter(|j| job_running(j, &want)).count() == m
         })
         .await?;
         let writer = self.status_writer(prefix, m, n).await?;
@@ -123,7 +126,7 @@ impl Bench {
                 let seen = running.entry(job.clone()).or_default();
                 if seen.insert(pod.name_any()) && seen.len() == n + 1 {
                     let (jobs, job) = (jobs.clone(), job.clone());
-                    let status = json!({"status": {"phase": "Running", "collectors": format!("{n}/{n}")}});
+                    let status = json!({"status": {"phase": "Running", "collectors": all_ready(n)}});
                     writes.spawn(async move {
                         jobs.patch_status(&job, &PatchParams::default(), &Patch::Merge(status)).await
                     });

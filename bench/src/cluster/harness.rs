@@ -187,8 +187,9 @@ impl Bench {
     /// Submits the jobs and waits until they run, as [`Bench::until_running`]; when each step was.
     pub async fn submit(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Marks> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
+        let want = all_ready(n);
         let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
-            all.iter().filter(|j| job_running(j, n)).count() == m
+            all.iter().filter(|j| job_running(j, &want)).count() == m
         })
         .await?;
         let start = Instant::now();
@@ -294,11 +295,17 @@ impl Marks {
     }
 }
 
-/// Whether a job's status says it runs with all its `n` collectors ready.
-pub fn job_running(job: &DIJob, n: usize) -> bool {
+/// The status's collectors when all `n` are ready, for [`job_running`]: made once per watch, not
+/// per job and event (the bench's CPU is taken from the cores it measures).
+pub fn all_ready(n: usize) -> String {
+    format!("{n}/{n}")
+}
+
+/// Whether a job's status says it runs with its collectors as `all_ready` says.
+pub fn job_running(job: &DIJob, all_ready: &str) -> bool {
     let status = job.status.as_ref();
     status.and_then(|s| s.phase) == Some(Phase::Running)
-        && status.and_then(|s| s.collectors.as_deref()) == Some(format!("{n}/{n}").as_str())
+        && status.and_then(|s| s.collectors.as_deref()) == Some(all_ready)
 }
 
 /// Whether a pod's phase is Running.

@@ -14,7 +14,7 @@ use di_e2e::delay::DelayProxy;
 use di_e2e::nodes::SimulatedNodes;
 
 use super::Row;
-use super::harness::{self, Bench, median};
+use super::harness::{self, Bench};
 use super::limit::{Limit, Pairs};
 
 const ETCD: Duration = Duration::from_millis(2);
@@ -61,10 +61,11 @@ async fn on(
                 window.settle().await?;
             }
         }
+        let pairs = Pairs::of(ours, base, best, swept);
         if first && m == 1 && n >= SERIAL_FROM {
-            rows.push(serial_against(plane, &cluster, &base_ns, n, &mut ours.clone()).await?);
+            rows.push(serial_against(plane, &cluster, &base_ns, n, pairs.ours).await?);
         }
-        limit.add(m, n, Pairs::of(ours, base, best, swept));
+        limit.add(m, n, pairs);
     }
     let etcd = plane.etcd_proxy.as_ref().map_or(Duration::ZERO, DelayProxy::added);
     rows.push(Row::plain(
@@ -75,20 +76,19 @@ async fn on(
 }
 
 /// One job of `n` created one object at a time, by an orchestrator of its own, against the
-/// default window's runs (`window`).
+/// default window's median (`many`).
 async fn serial_against(
     plane: &di_e2e::controlplane::ControlPlane,
     cluster: &TestCluster,
     base_ns: &str,
     n: usize,
-    window: &mut [Duration],
+    many: Duration,
 ) -> anyhow::Result<Row> {
     let hint = format!("latency-serial{n}");
     let (_a, serial, _an) =
         Bench::start(plane, cluster, &hint, &format!("-serial{n}"), base_ns, &["--creates-per-job=1"]).await?;
     let one = serial.until_running(&format!("s{n}"), 1, n).await?;
     serial.settle().await?;
-    let many = median(window);
     Ok(Row {
         figure: format!("latency (etcd +2 ms, API +0.5 ms): time to running, 1 job x {n} collectors"),
         value: format!("{:.2} s (default window)", many.as_secs_f64()),

@@ -77,8 +77,8 @@ pub enum Scenario {
     Fairness,
     /// RSS with 1,000 jobs and their pods, then among unrelated pods.
     Scale,
-    /// Big jobs' time to running with etcd's and the API server's answers late, as in production:
-    /// one create at a time against the default window.
+    /// Time to running against the limit with etcd's and the API server's answers late, as in
+    /// production; and, for big jobs, one create at a time against the default window.
     Latency,
 }
 

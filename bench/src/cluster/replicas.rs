@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use di_api::DIJob;
-use di_api::contract::labels;
+use di_api::contract::{labels, names};
 use di_controller::desired::MEMORY_LIMIT_MIB;
 use di_e2e::cluster::TestCluster;
 use di_e2e::orchestrator::Sidecar;
@@ -42,9 +42,7 @@ pub async fn measure(bench: &Bench, cluster: &TestCluster, rows: &mut Vec<Row>) 
         for _ in 0..RUNS {
             settle(&jobs, &job, collectors).await?;
             let start = Instant::now();
-            let body =
-                json!({"namespace": ns, "coordinator": format!("{job}-coordinator"), "collectors": {"replicas": add}});
-            let reply: serde_json::Value = http.post(&url).json(&body).send().await?.json().await?;
+            let reply = add_collectors(&http, &url, &ns, &job, add).await?;
             endpoint.push(start.elapsed());
             let urls = reply["data"]["collectors"].as_array().map_or(0, Vec::len);
             if reply["success"] != true || urls != add {
@@ -76,8 +74,20 @@ pub async fn measure(bench: &Bench, cluster: &TestCluster, rows: &mut Vec<Row>) 
             met: None,
         });
     }
-    rows.push(scale_to(bench, &sidecar, &url, &job, collectors, BIG).await?);
+    rows.push(scale_to(bench, &sidecar, &http, &url, &job, collectors, BIG).await?);
     Ok(())
+}
+
+/// Asks the endpoint at `url` for `add` more collectors of `job`, as its coordinator; the answer.
+async fn add_collectors(
+    http: &reqwest::Client,
+    url: &str,
+    ns: &str,
+    job: &str,
+    add: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let body = json!({"namespace": ns, "coordinator": names::coordinator(job), "collectors": {"replicas": add}});
+    Ok(http.post(url).json(&body).send().await?.json().await?)
 }
 
 /// Collectors the coordinator scales its job to, for the endpoint's memory.
@@ -88,26 +98,25 @@ const BIG: usize = 1000;
 async fn scale_to(
     bench: &Bench,
     sidecar: &Sidecar,
+    http: &reqwest::Client,
     url: &str,
     job: &str,
     collectors: usize,
     target: usize,
 ) -> anyhow::Result<Row> {
-    let (http, ns) = (reqwest::Client::new(), &bench.jobs_ns);
+    let ns = &bench.jobs_ns;
     let pid = sidecar.pid().context("the endpoint's pid")?;
     let before = rss_mib(pid)?;
     let mut at = collectors;
     while at < target {
         let add = (target - at).min(100);
-        let body =
-            json!({"namespace": ns, "coordinator": format!("{job}-coordinator"), "collectors": {"replicas": add}});
-        let reply: serde_json::Value = http.post(url).json(&body).send().await?.json().await?;
+        let reply = add_collectors(http, url, ns, job, add).await?;
         if reply["success"] != true {
             bail!("the replica endpoint answered {reply}\n{}", sidecar.log());
         }
         at += add;
     }
-    let coordinator = format!("{job}-coordinator");
+    let coordinator = names::coordinator(job);
     let listed: serde_json::Value = http
         .get(url)
         .query(&[("namespace", ns.as_str()), ("coordinator", coordinator.as_str())])
