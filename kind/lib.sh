@@ -4,9 +4,9 @@
 # The releases the kind tier builds. KUBERNETES_VERSION matches the control-plane tier
 # (tests/e2e/src/binaries.rs and hack/controlplane/go.mod); a test keeps them in step.
 KIND_VERSION=v0.33.0
-KUBERNETES_VERSION=v1.34.4
+KUBERNETES_VERSION=v1.37.2
 HELM_VERSION=v3.21.4
-COREDNS_VERSION=v1.12.1   # what kubeadm $KUBERNETES_VERSION deploys
+COREDNS_VERSION=v1.14.6   # what kubeadm $KUBERNETES_VERSION deploys
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER_NAME=${KIND_CLUSTER:-di-orchestrator}

@@ -11,8 +11,8 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 release=${1:?usage: build.sh RELEASE_DIR}
-ETCD_TAG=3.6.5-0          # kubeadm's etcd image tag; hack/controlplane pins etcd v3.6.5
-PAUSE_TAG=3.10.1          # kubeadm's pause; kind/node/files/etc/containerd/config.toml names it
+ETCD_TAG=3.7.0-0          # kubeadm's etcd image tag; hack/controlplane pins etcd v3.7.0
+PAUSE_TAG=3.10.2          # kubeadm's pause; kind/node/files/etc/containerd/config.toml names it
 DEBIAN_SUITE=bookworm
 # The node's packages: systemd as PID 1, containerd and runc (Debian's), the CNI plugins the
 # node's bridge network uses, and what kubelet, kube-proxy and kind's scripts call.

@@ -9,8 +9,8 @@ use anyhow::{Context, bail};
 use di_api::{DIJob, Phase};
 use di_e2e::binaries::{self, Unavailable};
 use di_e2e::cluster::TestCluster;
-use di_e2e::controlplane::ControlPlane;
-use di_e2e::nodes::SimulatedNodes;
+use di_e2e::controlplane::{ControlPlane, Options};
+use di_e2e::nodes::{Binding, SimulatedNodes};
 use di_e2e::orchestrator::LocalOrchestrator;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -44,7 +44,10 @@ pub async fn control_plane_with(etcd_delay: Option<Duration>) -> anyhow::Result<
             return Ok(None);
         }
     };
-    Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), etcd_delay).await?))
+    // No scheduler: the simulated nodes bind pods themselves, so that what is timed is the
+    // orchestrator (and the limit) alone, not kube-scheduler's queue.
+    let options = Options { etcd_delay, scheduler: false };
+    Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), &options).await?))
 }
 
 /// One orchestrator under test, and what a figure needs to measure it.
@@ -72,7 +75,7 @@ impl Bench {
         flags: &[&str],
     ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
         let jobs_ns = cluster.namespace(hint).await;
-        let nodes = SimulatedNodes::start(cluster.client.clone(), &jobs_ns);
+        let nodes = SimulatedNodes::start_with(cluster.client.clone(), &jobs_ns, Binding::Themselves);
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
         // measured against the same baseline.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::admin_client;
 use di_e2e::delay::DelayProxy;
-use di_e2e::nodes::SimulatedNodes;
+use di_e2e::nodes::{Binding, SimulatedNodes};
 
 use super::Row;
 use super::harness::{self, Bench};
@@ -41,7 +41,7 @@ async fn on(
     let cluster = TestCluster { client: admin_client(&kubeconfig).await?, kubeconfig };
     cluster.install_crds().await;
     let base_ns = cluster.namespace("latency-baseline").await;
-    let _base_nodes = SimulatedNodes::start(cluster.client.clone(), &base_ns);
+    let _base_nodes = SimulatedNodes::start_with(cluster.client.clone(), &base_ns, Binding::Themselves);
     let (_b, window, _bn) = Bench::start(plane, &cluster, "latency-window", "-window", &base_ns, &[]).await?;
     window.time_to_running("warm", 1, 10).await?;
     window.baseline("bwarm", 1, 10, 16).await?;

@@ -22,7 +22,7 @@ mod timeline;
 
 use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::ControlPlane;
-use di_e2e::nodes::SimulatedNodes;
+use di_e2e::nodes::{Binding, SimulatedNodes};
 
 use harness::Bench;
 use limit::Limit;
@@ -125,7 +125,7 @@ async fn measure(
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
     cluster.install_crds().await;
     let base_ns = cluster.namespace("bench-baseline").await;
-    let _base_nodes = SimulatedNodes::start(client.clone(), &base_ns);
+    let _base_nodes = SimulatedNodes::start_with(client.clone(), &base_ns, Binding::Themselves);
     let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns, &[]).await?;
     let idle_rss = rss_mib(bench.pid)?;
     let idle_cpu = cpu_seconds(bench.pid)?;

@@ -62,6 +62,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
     let client = timed_client(kube_config.clone(), metrics.clone())?;
+    di_controller::support::require(&client).await?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
     let app = Router::new()

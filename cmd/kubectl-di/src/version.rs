@@ -55,14 +55,16 @@ pub async fn version(global: &Global) {
 }
 
 fn orchestrator_of(deployment: &Deployment) -> Orchestrator {
-    let spec = deployment.spec.as_ref();
+    let spec = &deployment.spec;
     let image = spec
-        .and_then(|s| s.template.spec.as_ref())
+        .template
+        .spec
+        .as_ref()
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
     let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
-    Orchestrator { image, ready, replicas: spec.and_then(|s| s.replicas).unwrap_or(1) }
+    Orchestrator { image, ready, replicas: spec.replicas.unwrap_or(1) }
 }
 
 /// `v1alpha1 (stored), v2alpha1`: the versions served, the stored one marked.

@@ -19,6 +19,7 @@ pub mod plan;
 pub mod reconciler;
 pub mod restarts;
 pub mod status;
+pub mod support;
 pub mod tasks;
 pub mod timing;
 pub mod triggers;

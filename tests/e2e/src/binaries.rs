@@ -9,10 +9,10 @@ use anyhow::{Context, bail};
 
 /// The Kubernetes release the control plane is built from. It matches the `k8s-openapi` feature
 /// the workspace compiles against (a test keeps the two, and `hack/controlplane/go.mod`, in step).
-pub const KUBERNETES_VERSION: &str = "v1.34.4";
+pub const KUBERNETES_VERSION: &str = "v1.37.2";
 
 /// Every binary built from `hack/controlplane`, each with the Go package that builds it. The first
-/// three are the control-plane tier's; the kind tier's node image takes them all.
+/// four are the control-plane tier's; the kind tier's node image takes them all.
 const BINARIES: [(&str, &str); 8] = [
     ("etcd", "go.etcd.io/etcd/server/v3"),
     ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
@@ -23,13 +23,14 @@ const BINARIES: [(&str, &str); 8] = [
     ("kubeadm", "k8s.io/kubernetes/cmd/kubeadm"),
     ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
 ];
-const CONTROL_PLANE: usize = 3;
+const CONTROL_PLANE: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct Binaries {
     pub etcd: PathBuf,
     pub kube_apiserver: PathBuf,
     pub kube_controller_manager: PathBuf,
+    pub kube_scheduler: PathBuf,
 }
 
 /// Why the control plane cannot be had on this machine: the tier skips, saying so.
@@ -92,8 +93,9 @@ pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
         Ok(found) => found,
         Err(why) => return Ok(Err(why)),
     };
-    let [etcd, kube_apiserver, kube_controller_manager] = <[PathBuf; 3]>::try_from(found).expect("three binaries");
-    Ok(Ok(Binaries { etcd, kube_apiserver, kube_controller_manager }))
+    let [etcd, kube_apiserver, kube_controller_manager, kube_scheduler] =
+        <[PathBuf; CONTROL_PLANE]>::try_from(found).expect("the control plane's binaries");
+    Ok(Ok(Binaries { etcd, kube_apiserver, kube_controller_manager, kube_scheduler }))
 }
 
 /// Builds (or finds) every binary of the release and returns the folder that holds them all, for

@@ -1,8 +1,9 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, admission webhooks,
-//! the default admission plugins with Pod Security, and OpenShift's owner reference check) and
-//! kube-controller-manager (garbage collection, namespaces, service accounts), on free ports
-//! with throwaway certificates. Stopping it, dropping it, or the next start after a crash leaves
-//! no process behind.
+//! the default admission plugins with Pod Security, and OpenShift's owner reference check),
+//! kube-controller-manager (garbage collection, namespaces, service accounts) and kube-scheduler
+//! (binding pods to the simulated nodes, gangs among them), on free ports with throwaway
+//! certificates. Stopping it, dropping it, or the next start after a crash leaves no process
+//! behind.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -19,9 +20,32 @@ use tokio::time::{Instant, sleep};
 use crate::binaries::Binaries;
 use crate::certs;
 
-/// Controllers the tier relies on: garbage collection of owned objects, namespace deletion, and
-/// the default ServiceAccount (and its token and CA bundle) that pods need.
-const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher";
+/// Controllers the tier relies on: garbage collection of owned objects, namespace deletion, the
+/// default ServiceAccount (and its token and CA bundle) that pods need, and the binding of
+/// claims to the volumes a scenario provides (the scheduler places no pod whose claim is unbound).
+const CONTROLLERS: &str =
+    "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,persistentvolume-binder";
+
+/// Kubernetes 1.37's gang scheduling (`scheduling.k8s.io/v1beta1` PodGroups and the scheduler's
+/// GangScheduling plugin) is beta and off by default: every component must have the gate.
+const FEATURE_GATES: &str = "--feature-gates=GenericWorkload=true";
+
+/// How a control plane starts.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// etcd's every answer this late: a production disk's fsync, which etcd's
+    /// `--unsafe-no-fsync` here otherwise leaves out.
+    pub etcd_delay: Option<Duration>,
+    /// Whether kube-scheduler binds pods. Without it, nothing binds them but a caller that does
+    /// (the bench's simulated nodes bind their own, to measure the orchestrator alone).
+    pub scheduler: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { etcd_delay: None, scheduler: true }
+    }
+}
 
 pub struct ControlPlane {
     /// Everything of this run: certificates, etcd's data, logs, the kubeconfig.
@@ -36,15 +60,16 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// Starts etcd, the API server and the controller manager under `runs/<our pid>/`, and
-    /// returns once the API server is ready and the controller manager has acted.
+    /// Starts etcd, the API server, the controller manager and the scheduler under
+    /// `runs/<our pid>/`, and returns once the API server is ready, the controller manager has
+    /// acted and the simulated node the scheduler binds pods to is registered.
     pub async fn start(binaries: &Binaries, runs: &Path) -> anyhow::Result<Self> {
-        Self::start_with(binaries, runs, None).await
+        Self::start_with(binaries, runs, &Options::default()).await
     }
 
-    /// As [`ControlPlane::start`], with etcd's every answer `etcd_delay` late when given: a
-    /// production disk's fsync, which etcd's `--unsafe-no-fsync` here otherwise leaves out.
-    pub async fn start_with(binaries: &Binaries, runs: &Path, etcd_delay: Option<Duration>) -> anyhow::Result<Self> {
+    /// As [`ControlPlane::start`], as `options` say.
+    pub async fn start_with(binaries: &Binaries, runs: &Path, options: &Options) -> anyhow::Result<Self> {
+        let etcd_delay = options.etcd_delay;
         reap_stale(runs);
         let dir = runs.join(std::process::id().to_string());
         if dir.exists() {
@@ -111,6 +136,8 @@ impl ControlPlane {
                 // A loopback address cannot be the endpoint of the `kubernetes` Service.
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
+                FEATURE_GATES.into(),
+                "--runtime-config=scheduling.k8s.io/v1beta1=true".into(),
                 "--v=1".into(),
             ],
         )?;
@@ -127,10 +154,29 @@ impl ControlPlane {
                 format!("--controllers={CONTROLLERS}"),
                 format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
                 format!("--root-ca-file={}", pki.ca_cert.display()),
+                FEATURE_GATES.into(),
                 "--v=1".into(),
             ],
         )?;
         plane.wait_default_service_account().await.context("kube-controller-manager did not create ServiceAccounts")?;
+        if options.scheduler {
+            let config = write(&dir, "scheduler.yaml", &scheduler_config(&plane.kubeconfig))?;
+            plane.spawn(
+                "kube-scheduler",
+                &binaries.kube_scheduler,
+                &[
+                    format!("--config={}", config.display()),
+                    // Nothing here asks for its health or metrics.
+                    "--secure-port=0".into(),
+                    FEATURE_GATES.into(),
+                    "--v=1".into(),
+                ],
+            )?;
+            crate::capacity::register(&plane.client().await?, &crate::capacity::NodeShape::default())
+                .await
+                .context("registering the simulated node")?;
+            plane.check_alive()?;
+        }
         Ok(plane)
     }
 
@@ -139,8 +185,8 @@ impl ControlPlane {
         admin_client(&self.kubeconfig).await
     }
 
-    /// Process id of one of its processes (`etcd`, `kube-apiserver`, `kube-controller-manager`),
-    /// for measuring what it spends.
+    /// Process id of one of its processes (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `kube-scheduler`), for measuring what it spends.
     pub fn pid(&self, name: &str) -> Option<u32> {
         self.children.iter().find(|(n, _)| *n == name).and_then(|(_, child)| child.id())
     }
@@ -209,6 +255,19 @@ impl ControlPlane {
         }
         bail!("no default ServiceAccount after 90s")
     }
+}
+
+/// kube-scheduler's configuration: the admin kubeconfig, no leader election (it runs alone), and
+/// a client as fast as the orchestrator's, so that binding a big job's pods is not what a test
+/// waits for (the default, 50 requests a second, would be).
+fn scheduler_config(kubeconfig: &Path) -> String {
+    let config = serde_json::json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": 1000, "burst": 2000},
+        "leaderElection": {"leaderElect": false},
+    });
+    serde_yaml::to_string(&config).expect("a JSON value is YAML")
 }
 
 /// A client from a kubeconfig file, whatever `KUBECONFIG` says.

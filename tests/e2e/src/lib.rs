@@ -1,7 +1,10 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
-//! `certs`, `delay` for latency where production has it) and what the suite needs to drive a cluster (`cluster`, `nodes`, `orchestrator`).
+//! `certs`, `delay` for latency where production has it, `capacity` for the nodes its scheduler
+//! places pods on) and what the suite needs to drive a cluster (`cluster`, `nodes`,
+//! `orchestrator`).
 
 pub mod binaries;
+pub mod capacity;
 pub mod certs;
 pub mod cluster;
 pub mod controlplane;

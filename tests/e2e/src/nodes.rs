@@ -1,6 +1,7 @@
 //! Nodes for the suite's pods. On the local control plane no kubelet runs, so the simulated nodes
-//! play it: they move pods to Running through the status subresource as soon as they exist, and
-//! to Succeeded or Failed when a test says so. On kind (real nodes, `DI_E2E_NODES=real`) the same
+//! play it: they move pods to Running through the status subresource as soon as kube-scheduler
+//! has bound them to one of the Nodes registered by [`crate::capacity`], and to Succeeded or
+//! Failed when a test says so. On kind (real nodes, `DI_E2E_NODES=real`) the same
 //! calls act on real containers, whose command waits for the exit code a test writes into them.
 //! Every scenario is written once against [`Nodes`].
 
@@ -99,23 +100,34 @@ impl Nodes {
     }
 }
 
+pub use crate::capacity::NODE;
+
 /// Pods the simulated nodes start at once.
 const KUBELETS: usize = 16;
-
-/// The node every simulated pod is bound to. No Node object exists, and no controller of the
-/// local control plane (no pod GC, no node lifecycle) minds.
-pub const NODE: &str = "simulated-node";
 
 /// How long a simulated container takes to stop once its pod is deleted.
 const STOPPING: Duration = Duration::from_millis(100);
 
-/// The local control plane's kubelet: every new pod of a namespace is bound to [`NODE`], Running
-/// and Ready at once. Because pods are bound, a delete is graceful, as on a real node: the pod
-/// stays, terminating, until its "containers" have stopped and the node removes it. A pod
-/// removed while its containers still ran (a forced delete) is recorded: on a real node its
-/// container could still be running beside a replacement of the same name.
+/// Who binds the pods the simulated nodes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// kube-scheduler does: a pod runs once it is bound, and a pod no node has room for stays
+    /// Pending, as on a real cluster.
+    Scheduler,
+    /// The nodes do, each pod to [`NODE`] as soon as it exists: for a control plane started
+    /// without a scheduler, where what is measured is the orchestrator alone.
+    Themselves,
+}
+
+/// The local control plane's kubelet: every pod of a namespace bound to a node (by the scheduler,
+/// or by these nodes themselves) is Running and Ready at once. Because pods are bound, a delete
+/// is graceful, as on a real node: the pod stays, terminating, until its "containers" have
+/// stopped and the node removes it. A pod removed while its containers still ran (a forced
+/// delete) is recorded: on a real node its container could still be running beside a
+/// replacement of the same name.
 pub struct SimulatedNodes {
     client: Client,
+    binding: Binding,
     task: JoinHandle<()>,
     /// UIDs of the pods this node started: each is started once, as a kubelet does. The watch
     /// reports the pod again after its binding and after its status, and those reports can
@@ -129,7 +141,13 @@ pub struct SimulatedNodes {
 }
 
 impl SimulatedNodes {
+    /// Runs the pods of `namespace` that kube-scheduler binds to a node.
     pub fn start(client: Client, namespace: &str) -> Arc<SimulatedNodes> {
+        Self::start_with(client, namespace, Binding::Scheduler)
+    }
+
+    /// Runs the pods of `namespace`, bound as `binding` says.
+    pub fn start_with(client: Client, namespace: &str, binding: Binding) -> Arc<SimulatedNodes> {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         Arc::new_cyclic(|this: &std::sync::Weak<SimulatedNodes>| {
             let this = this.clone();
@@ -155,6 +173,7 @@ impl SimulatedNodes {
             });
             SimulatedNodes {
                 client,
+                binding,
                 task,
                 started: Mutex::default(),
                 stopped: Mutex::default(),
@@ -167,12 +186,16 @@ impl SimulatedNodes {
     /// simply gone.
     async fn run(&self, pods: &Api<Pod>, pod: Pod) {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE);
+        let bound = is_bound(&pod);
         if pod.metadata.deletion_timestamp.is_some() {
             if bound {
                 self.stop(pods, &pod).await;
             }
         } else if phase.is_none_or(|p| p == "Pending") {
+            // Until the scheduler binds it; its binding is reported as a change of the pod.
+            if !bound && self.binding == Binding::Scheduler {
+                return;
+            }
             let uid = pod.uid().unwrap_or_default();
             if !self.started.lock().unwrap().insert(uid.clone()) {
                 return;
@@ -206,7 +229,7 @@ impl SimulatedNodes {
     fn removed(&self, pod: &Pod) {
         self.started.lock().unwrap().remove(&pod.uid().unwrap_or_default());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE);
+        let bound = is_bound(pod);
         let stopped = self.stopped.lock().unwrap().contains(&pod.uid().unwrap_or_default());
         if bound && phase == Some("Running") && !stopped {
             self.force_deleted.lock().unwrap().push(pod.name_any());
@@ -217,6 +240,12 @@ impl SimulatedNodes {
     pub fn force_deleted(&self) -> Vec<String> {
         self.force_deleted.lock().unwrap().clone()
     }
+}
+
+/// Whether a node took the pod. Every node of the control-plane tier is simulated, so any node
+/// is one of ours.
+fn is_bound(pod: &Pod) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some()
 }
 
 /// Binds `pod` to the simulated node, as the scheduler would.

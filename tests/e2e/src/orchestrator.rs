@@ -298,7 +298,7 @@ pub async fn service_account_kubeconfig(
 ) -> PathBuf {
     let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), sa_namespace);
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], expiration_seconds: Some(3600), bound_object_ref: bound },
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), bound_object_ref: bound, ..Default::default() }),
         ..Default::default()
     };
     let token = accounts

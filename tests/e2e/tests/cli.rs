@@ -139,7 +139,7 @@ async fn the_plugin_does_what_its_help_says() {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(s.cluster.client.clone(), "di-system");
     let deployment = deployments.get("di-orchestrator").await.unwrap();
-    let containers = deployment.spec.unwrap().template.spec.unwrap().containers;
+    let containers = deployment.spec.template.spec.unwrap().containers;
     assert_eq!(containers[0].image.as_deref(), Some("example/di-orchestrator:test"));
     let version = ok(&kubectl_di(&s, &["version"]).await);
     assert!(version.contains("server: example/di-orchestrator:test (di-system/di-orchestrator"), "{version}");

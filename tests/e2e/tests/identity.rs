@@ -39,7 +39,7 @@ async fn the_admission_policy_is_restored_when_deleted_or_edited() {
     let by_hand = PatchParams { field_manager: Some("kubectl-edit".into()), ..PatchParams::default() };
     bindings.patch(SHARED, &by_hand, &Patch::Merge(&relaxed)).await.unwrap();
     let denies = |b: Option<&ValidatingAdmissionPolicyBinding>| {
-        b.and_then(|b| b.spec.as_ref()).and_then(|s| s.validation_actions.clone()) == Some(vec!["Deny".to_string()])
+        b.map(|b| b.spec.validation_actions.clone()) == Some(vec!["Deny".to_string()])
     };
     let undone =
         within(RESTORED_WITHIN, "the binding to deny again", await_condition(bindings.clone(), SHARED, denies));

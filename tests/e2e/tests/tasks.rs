@@ -13,7 +13,7 @@ use di_e2e::binaries::repo_root;
 use di_e2e::cluster::{not_applicable, skip, within};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT, names};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
@@ -211,6 +211,21 @@ async fn every_task_example_reaches_running() {
         return;
     }
     let s = Scenario::new("task-examples").await;
+    // SRL's example shares a ReadWriteMany claim; a real cluster's NFS or CephFS provisioner
+    // would make its volume, and here an admin's pre-made one stands in (named for this run:
+    // volumes are cluster-wide).
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{}-srl-data", s.ns)},
+        "spec": {
+            "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "claimRef": {"namespace": s.ns, "name": "srl-atari-data"},
+            "hostPath": {"path": "/tmp/srl-atari-data"},
+        },
+    });
+    let volumes: Api<PersistentVolume> = Api::all(s.cluster.client.clone());
+    volumes.create(&PostParams::default(), &serde_json::from_value(volume).unwrap()).await.expect("the shared volume");
     for (file, job) in
         [("ditask-cartpole.yaml", "ditask-cartpole"), ("sample-factory.yaml", "sf-appo"), ("srl.yaml", "srl-atari")]
     {
@@ -219,4 +234,5 @@ async fn every_task_example_reaches_running() {
         assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
         s.wait_phase(job, Phase::Running).await;
     }
+    volumes.delete(&format!("{}-srl-data", s.ns), &Default::default()).await.expect("removing the volume");
 }

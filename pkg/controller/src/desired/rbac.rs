@@ -52,7 +52,7 @@ pub fn rbac(job: &DIJob, settings: &Settings) -> Result<Rbac, BuildError> {
         binding: RoleBinding {
             metadata: meta,
             role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
                 kind: "Role".into(),
                 name: name.clone(),
             },

@@ -63,7 +63,9 @@ async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
     let binaries = match binaries::obtain(&root)? {
         Ok(b) => b,
         Err(Unavailable(why)) => {
-            eprintln!("SKIPPED: the control-plane tier needs etcd, kube-apiserver and kube-controller-manager: {why}.");
+            eprintln!(
+                "SKIPPED: the control-plane tier needs etcd, kube-apiserver, kube-controller-manager and kube-scheduler: {why}."
+            );
             eprintln!("SKIPPED: install Go (to build them from hack/controlplane) or set KUBEBUILDER_ASSETS.");
             if di_e2e::cluster::in_ci() {
                 eprintln!("di-controlplane: CI=true: the control-plane tier must run in CI, so this is a failure.");
@@ -73,12 +75,11 @@ async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
         }
     };
     if mode == "binaries" {
-        println!(
-            "{}\n{}\n{}",
-            binaries.etcd.display(),
-            binaries.kube_apiserver.display(),
-            binaries.kube_controller_manager.display()
-        );
+        for binary in
+            [&binaries.etcd, &binaries.kube_apiserver, &binaries.kube_controller_manager, &binaries.kube_scheduler]
+        {
+            println!("{}", binary.display());
+        }
         return Ok(ExitCode::SUCCESS);
     }
 
