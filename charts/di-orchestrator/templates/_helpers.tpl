@@ -127,6 +127,11 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# Gangs' PodGroups, of whichever scheduler --gang-scheduler names: applied (server-side) before
+# their pods, deleted with a logic learner scaled away; the rest go with their job.
+- apiGroups: ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"]
+  resources: ["podgroups"]
+  verbs: ["create", "patch", "delete"]
 {{- end }}
 
 {{/* One admission webhook, after its name; takes (dict "root" $ "path" "/mutate"). */}}

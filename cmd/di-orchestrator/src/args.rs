@@ -72,6 +72,17 @@ pub(crate) struct ServeArgs {
     /// `policy` refuses to start without it; `per-job` always makes a job's own RBAC.
     #[arg(long, value_enum, env = "DI_REPLICA_IDENTITY", default_value = "auto")]
     pub(crate) replica_identity: ReplicaIdentity,
+    /// The gang scheduler jobs' gangs are made for (see the README's "Gang scheduling"): `auto`
+    /// uses Kubernetes' own PodGroups where the API server serves them (1.37 with the
+    /// GenericWorkload feature gate) and otherwise makes no gangs, saying so once; `native`,
+    /// `coscheduling` (scheduler-plugins) and `volcano` refuse to start without their PodGroup
+    /// API; `none` makes no gangs.
+    #[arg(long, value_enum, env = "DI_GANG_SCHEDULER", default_value = "auto")]
+    pub(crate) gang_scheduler: GangScheduler,
+    /// The scheduler that places gang pods under `coscheduling` or `volcano` (their pods'
+    /// `schedulerName`). Default: `scheduler-plugins-scheduler`, or `volcano`.
+    #[arg(long)]
+    pub(crate) gang_scheduler_name: Option<String>,
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) restart_backoff_seconds: f64,
@@ -176,6 +187,33 @@ impl From<ReplicaIdentity> for di_controller::identity::Choice {
             ReplicaIdentity::Auto => Self::Auto,
             ReplicaIdentity::Policy => Self::Policy,
             ReplicaIdentity::PerJob => Self::PerJob,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum GangScheduler {
+    Auto,
+    Native,
+    Coscheduling,
+    Volcano,
+    None,
+}
+
+impl GangScheduler {
+    pub(crate) fn choice(self, scheduler_name: Option<String>) -> di_controller::podgroups::Choice {
+        use di_controller::desired::gang::Backend;
+        use di_controller::podgroups::Choice;
+        match self {
+            GangScheduler::Auto => Choice::Auto,
+            GangScheduler::Native => Choice::Exactly(Backend::Native),
+            GangScheduler::Coscheduling => Choice::Exactly(Backend::Coscheduling {
+                scheduler: scheduler_name.unwrap_or_else(|| "scheduler-plugins-scheduler".into()),
+            }),
+            GangScheduler::Volcano => {
+                Choice::Exactly(Backend::Volcano { scheduler: scheduler_name.unwrap_or_else(|| "volcano".into()) })
+            }
+            GangScheduler::None => Choice::Exactly(Backend::None),
         }
     }
 }

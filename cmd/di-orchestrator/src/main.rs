@@ -96,6 +96,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
 
     let identity = di_controller::identity::choose(&client, args.replica_identity.into()).await?;
     let owner_version = di_controller::owner::preferred_version(&client).await;
+    let gang = di_controller::podgroups::choose(&client, args.gang_scheduler.choice(args.gang_scheduler_name)).await?;
     let options = Options {
         settings: Settings {
             identity,
@@ -104,6 +105,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
             default_aggregator_config: args.default_aggregator_config,
             cluster_domain: args.cluster_domain,
             owner_version,
+            gang,
         },
         restart_backoff: Duration::from_secs_f64(args.restart_backoff_seconds.max(0.0)),
         concurrency: args.concurrency,

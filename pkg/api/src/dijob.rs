@@ -138,6 +138,11 @@ pub struct DIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptible: Option<bool>,
 
+    /// Gang scheduling: which of the job's pods are placed all at once or not at all. Unset
+    /// means on (`enabled: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<crate::gang::GangSpec>,
+
     /// Task jobs: `Pod` (default) replaces only a failed pod, under the same name; `Job` replaces
     /// every pod of the job in one step, for workers that cannot survive a peer's restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]

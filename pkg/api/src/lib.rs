@@ -8,6 +8,7 @@ pub mod contract;
 pub mod crd;
 pub mod defaults;
 pub mod dijob;
+pub mod gang;
 pub mod manifest;
 pub mod pod;
 pub mod resources;
@@ -21,5 +22,6 @@ pub use contract::Role;
 pub use dijob::{
     CollectorSpec, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec, Phase, ReplicaStatus,
 };
+pub use gang::GangSpec;
 pub use task::{JobRestartPolicy, Priority, TaskSpec, TaskType};
 pub use validation::{FieldError, ValidationErrors};

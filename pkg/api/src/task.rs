@@ -32,6 +32,13 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<bool>,
 
+    /// How many of the task's pods the job's gang needs placed at once (see `spec.gang`): the
+    /// scheduler places no pod of the gang until it can place the sum of its tasks' minimums.
+    /// Default: every pod of the task. `0` takes the task out of the gang: its pods are placed
+    /// on their own, as workers that can join late are. At most `replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_available: Option<i32>,
+
     /// Pod template of every pod of the task. Its restart policy defaults to `Never`: a failed
     /// pod is replaced by the orchestrator under the same name (see `spec.restartPolicy`).
     #[serde(default)]

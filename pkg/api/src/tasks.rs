@@ -53,6 +53,8 @@ pub struct Task<'a> {
     pub replicas: u32,
     /// Its pods' success decides the job's.
     pub completion: bool,
+    /// Its `minAvailable`, as given (`crate::gang` reads it).
+    pub min_available: Option<u32>,
     pub template: &'a PodTemplateSpec,
 }
 
@@ -88,6 +90,7 @@ pub fn tasks(job: &DIJob) -> Vec<Task<'_>> {
                 type_,
                 replicas: t.replicas.unwrap_or(1).max(0) as u32,
                 completion,
+                min_available: t.min_available.map(|m| m.max(0) as u32),
                 template: &t.template,
             }
         })

@@ -186,6 +186,12 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
     if o.priority_class_name != n.priority_class_name {
         errs.add("spec.priorityClassName", format!("Forbidden: the priority is immutable; {RECREATE}"));
     }
+    if crate::gang::enabled(&old) != crate::gang::enabled(&new) {
+        errs.add(
+            "spec.gang.enabled",
+            format!("Forbidden: whether a job is gang-scheduled is fixed when its pods are made; {RECREATE}"),
+        );
+    }
     if o.volumes != n.volumes {
         errs.add("spec.volumes", format!("Forbidden: volumes are immutable, running pods mount them; {RECREATE}"));
     }

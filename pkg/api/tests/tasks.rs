@@ -127,6 +127,27 @@ fn each_task_rule_names_its_field() {
         ("restartLimit on a task job", |j| j.spec.restart_limit = Some(2), "spec.restartLimit", "use that"),
         ("negative backoff limit", |j| j.spec.backoff_limit = Some(-1), "spec.backoffLimit", "Invalid value: -1"),
         ("job name too long", |j| j.metadata.name = Some("j".repeat(61)), "metadata.name", "use at most 60"),
+        (
+            "a minimum above the task's pods",
+            |j| j.spec.tasks.as_mut().unwrap()[1].min_available = Some(5),
+            "spec.tasks[1].minAvailable",
+            "Invalid value: 5: more than the task's 4 pods; give at most 4, or 0",
+        ),
+        (
+            "a negative minimum",
+            |j| j.spec.tasks.as_mut().unwrap()[1].min_available = Some(-1),
+            "spec.tasks[1].minAvailable",
+            "Invalid value: -1: must be 0",
+        ),
+        (
+            "a minimum without a gang",
+            |j| {
+                j.spec.gang = Some(di_api::GangSpec { enabled: Some(false) });
+                j.spec.tasks.as_mut().unwrap()[1].min_available = Some(2);
+            },
+            "spec.tasks[1].minAvailable",
+            "Forbidden: spec.gang.enabled is false",
+        ),
     ];
     for (name, mutate, path, message) in cases {
         let mut job = task_job();
@@ -155,6 +176,12 @@ fn a_live_task_job_may_scale_but_not_reshape() {
     };
     assert_eq!(update(|j| j.spec.tasks.as_mut().unwrap()[1].replicas = Some(8)), None);
     assert_eq!(update(|j| j.spec.restart_policy = Some(JobRestartPolicy::Job)), None);
+    assert_eq!(update(|j| j.spec.tasks.as_mut().unwrap()[1].min_available = Some(2)), None, "a gang's minimum scales");
+    assert_eq!(
+        update(|j| j.spec.gang = Some(di_api::GangSpec { enabled: Some(false) })),
+        Some(vec!["spec.gang.enabled".into()])
+    );
+    assert_eq!(update(|j| j.spec.gang = Some(di_api::GangSpec { enabled: Some(true) })), None, "the default, said");
     assert_eq!(
         update(|j| j.spec.tasks.as_mut().unwrap().pop().map(drop).unwrap_or(())),
         Some(vec!["spec.tasks".into()])

@@ -7,10 +7,11 @@
 //! sidecar (`sidecar`), who that sidecar is to the API server (`identity`: the namespace's shared
 //! account held by an admission policy, or the job's own ServiceAccount, Role and RoleBinding,
 //! `rbac`), and a
-//! multi-GPU learner's aggregator and DDP learners (`ddp`); and a task job's pods and Service
-//! (`tasks`).
+//! multi-GPU learner's aggregator and DDP learners (`ddp`); a task job's pods and Service
+//! (`tasks`); and the PodGroups of a job's gangs, and how its pods join them (`gang`).
 
 mod ddp;
+pub mod gang;
 pub mod identity;
 mod rbac;
 mod sidecar;
@@ -51,6 +52,8 @@ pub struct Settings {
     /// The version controller references name a DIJob under: the group's preferred version as
     /// this API server's discovery says (read at start-up, see [`OWNER_VERSION`]).
     pub owner_version: String,
+    /// The gang scheduler jobs' gangs are made for (chosen at start-up, see `crate::gangs`).
+    pub gang: gang::Backend,
 }
 
 impl Default for Settings {
@@ -62,6 +65,7 @@ impl Default for Settings {
             cluster_domain: di_api::tasks::DEFAULT_CLUSTER_DOMAIN.into(),
             identity: identity::Identity::default(),
             owner_version: OWNER_VERSION.into(),
+            gang: gang::Backend::None,
         }
     }
 }

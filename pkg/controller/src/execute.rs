@@ -43,6 +43,8 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
     let uid = job.uid().unwrap_or_default();
     let creates = actions.iter().any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)));
     let _creating = creates.then(|| ctx.pacer.creates.start());
+    // Every gang's PodGroup before any pod that joins it.
+    crate::podgroups::apply_all(ctx, job, actions).await?;
     if let Some(rbac) = rbac {
         let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
         create_owned(&accounts, &rbac.service_account, &uid).await?;
@@ -101,7 +103,8 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
     let (mut new_services, mut new_pods) = (vec![], vec![]);
     for &action in actions {
         match action {
-            Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => {}
+            Action::CreateRbac(_) | Action::EnsureNamespaceIdentity | Action::ApplyPodGroup(_) => {}
+            Action::DeletePodGroup { name } => crate::podgroups::delete(ctx, job, name).await?,
             Action::CreateService(service) => new_services.push(&**service),
             Action::CreatePod(pod) => new_pods.push(&**pod),
             Action::MarkRestart { service, mark } => {

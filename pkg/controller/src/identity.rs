@@ -59,7 +59,9 @@ pub async fn choose(client: &Client, choice: Choice) -> Result<Identity, Unavail
 /// error would cost every later job its RBAC writes.
 async fn put_policy_in_force(client: &Client) -> Result<(), String> {
     let once = || async {
-        if !has_policy_api(client).await? {
+        if !crate::discovery::serves_once(client, "admissionregistration.k8s.io/v1", "validatingadmissionpolicies")
+            .await?
+        {
             return Ok(Err(
                 "the API server has no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (Kubernetes 1.30+)"
                     .into(),
@@ -67,37 +69,12 @@ async fn put_policy_in_force(client: &Client) -> Result<(), String> {
         }
         apply_policy(client).await.map(Ok)
     };
-    let pauses = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
-        .with_jitter()
-        .without_max_times();
     let answer = once
-        .retry(pauses)
-        .when(is_transient)
+        .retry(crate::discovery::pauses())
+        .when(crate::discovery::is_transient)
         .notify(|error, wait| warn!(%error, ?wait, "asking the API server for the admission policy; trying again"))
         .await;
     answer.unwrap_or_else(|e| Err(format!("the admission policy could not be applied: {e}")))
-}
-
-/// Whether asking again may get another answer: no answer at all (the connection, a timeout),
-/// 429, a server error, or 409 (someone wrote the policy between our read and our write). Any
-/// other 4xx (403: the orchestrator may not write the policy) is the API server's decision, and
-/// an error of our own (credentials, a body it cannot read) stays one.
-fn is_transient(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
-        _ => false,
-    }
-}
-
-async fn has_policy_api(client: &Client) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources("admissionregistration.k8s.io/v1").await {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "validatingadmissionpolicies")),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 /// Writes the policy and its binding as [`put_back`] does (one edited by hand, say relaxed to

@@ -180,6 +180,13 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
         let note = status.conditions.iter().rev().find(|c| c.status == "True").and_then(|c| c.message.clone());
         publish_on(ctx, job, kind, &format!("Job{phase:?}"), "Reconcile", note);
     }
+    let waiting = |s: Option<&DIJobStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == status::WAITING_FOR_CAPACITY && c.status == "True"))
+            .and_then(|c| c.message.clone())
+    };
+    if let (Some(why), None) = (waiting(Some(status)), waiting(job.status.as_ref())) {
+        publish_on(ctx, job, EventType::Warning, "WaitingForCapacity", "Schedule", Some(why));
+    }
     Ok(None)
 }
 

@@ -43,6 +43,13 @@ pub enum Action {
     EnsureNamespaceIdentity,
     CreateService(Box<Service>),
     CreatePod(Box<Pod>),
+    /// A gang's PodGroup, in the backend's API: created, or its minimum updated, before any pod
+    /// that joins it is created (`gangs`).
+    ApplyPodGroup(Box<serde_json::Value>),
+    /// The PodGroup of a gang the job no longer has (a logic learner scaled away).
+    DeletePodGroup {
+        name: String,
+    },
     /// Count a failed replica's replacement on its Service, then its pod is deleted.
     MarkRestart {
         service: String,
@@ -256,6 +263,9 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             if !wanted_names.contains(name) && !owned_by_kept_pod {
                 actions.push(delete_service(service));
             }
+        }
+        if settings.gang != desired::gang::Backend::None {
+            crate::gangs::attach(job, &desired::gang::role_gangs(job, &wanted), settings, &mut actions)?;
         }
     }
 

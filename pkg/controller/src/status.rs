@@ -11,12 +11,16 @@ use di_api::{DIJob, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 
 /// Condition types besides the phases.
 pub const SUSPENDED: &str = "Suspended";
 pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
 pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
 pub const NAMES_TAKEN: &str = "NamesTaken";
+/// Pods of the job that the scheduler cannot place (a gang that does not fit, a quota, no node
+/// with the resources): the job waits for capacity, and says why.
+pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
 /// A started job whose spec changed into one the reconciler cannot act on.
 pub const INVALID_SPEC: &str = "InvalidSpec";
 
@@ -129,6 +133,17 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         set_condition(&mut conditions, NAMES_TAKEN, taken, r, m, now);
     }
 
+    let unplaced = unschedulable(pods);
+    if !unplaced.is_empty() || conditions.iter().any(|c| c.type_ == WAITING_FOR_CAPACITY) {
+        let message =
+            unplaced.first().map(|(pod, why)| format!("{} pod(s) cannot be placed yet; {pod}: {why}", unplaced.len()));
+        let (r, m) = match &message {
+            Some(m) => ("Unschedulable", m.as_str()),
+            None => ("Placed", ""),
+        };
+        set_condition(&mut conditions, WAITING_FOR_CAPACITY, message.is_some(), r, m, now);
+    }
+
     if conditions.iter().any(|c| c.type_ == INVALID_SPEC) {
         // Computed at all: the spec is valid again.
         set_condition(&mut conditions, INVALID_SPEC, false, "SpecValid", "", now);
@@ -148,6 +163,23 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         role_counts(&mut status, job, pods);
     }
     status
+}
+
+/// The live pods the scheduler has found no place for, each with its message (for a gang:
+/// "pod group is unschedulable, minCount (6) cannot be satisfied ..."), in name order.
+fn unschedulable(pods: &[&Pod]) -> Vec<(String, String)> {
+    let mut unplaced: Vec<(String, String)> = pods
+        .iter()
+        .filter(|p| !is_terminating(p))
+        .filter_map(|p| {
+            let conditions = p.status.as_ref()?.conditions.as_ref()?;
+            let c = conditions.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            (c.reason.as_deref() == Some("Unschedulable"))
+                .then(|| (p.name_any(), c.message.clone().unwrap_or_default()))
+        })
+        .collect();
+    unplaced.sort();
+    unplaced
 }
 
 /// A role job's conditions follow its coordinator.

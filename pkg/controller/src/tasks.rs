@@ -132,6 +132,9 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         }
     }
 
+    if settings.gang != desired::gang::Backend::None {
+        crate::gangs::attach(job, &desired::gang::task_gangs(job), settings, &mut actions)?;
+    }
     let (phase, (reason, message)) = match reason {
         Some(reason) => (phase, reason),
         None => {

@@ -56,6 +56,11 @@ pub struct ConditionView {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
+    /// Kept only for a pod the scheduler cannot place: why, for the job's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A managed service: only its metadata is read.
@@ -147,13 +152,17 @@ core_v1_resource!(PodView, "Pod", "pods");
 core_v1_resource!(ServiceView, "Service", "services");
 
 impl PodView {
-    /// Keeps only the Ready condition and the metadata a pass reads.
+    /// Keeps only the metadata a pass reads, the Ready condition, and PodScheduled while the
+    /// scheduler cannot place the pod (with its reason and message: why a job waits).
     pub fn slim(&mut self) {
         self.owner = controller_uid(&self.metadata).map(str::to_owned);
         let mut labels = slim_metadata(&mut self.metadata, &POD_ANNOTATIONS);
         self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
         if let Some(status) = &mut self.status {
-            status.conditions.retain(|c| c.type_ == "Ready");
+            status.conditions.retain(|c| c.type_ == "Ready" || (c.type_ == "PodScheduled" && c.status == "False"));
+            for condition in status.conditions.iter_mut().filter(|c| c.type_ == "Ready") {
+                (condition.reason, condition.message) = (None, None);
+            }
         }
     }
 
@@ -171,6 +180,8 @@ impl PodView {
                         .map(|c| PodCondition {
                             type_: c.type_.clone(),
                             status: c.status.clone(),
+                            reason: c.reason.clone(),
+                            message: c.message.clone(),
                             ..Default::default()
                         })
                         .collect(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use di_api::defaults::default_dijob;
-use di_api::{DIJob, DIJobStatus};
+use di_api::{AggregatorConfig, DIJob, DIJobStatus};
 use di_controller::desired::{self, Settings};
 use di_controller::plan::{Action, Plan, Why, World, plan};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -95,4 +95,16 @@ pub fn deleted(actions: &[Action]) -> Vec<(String, Why)> {
         .iter()
         .filter_map(|a| if let Action::DeletePod { name, why, .. } = a { Some((name.clone(), *why)) } else { None })
         .collect()
+}
+
+/// The AggregatorConfig multi-GPU learners are built from, defaulted.
+pub fn agconfig() -> AggregatorConfig {
+    let mut config: AggregatorConfig = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "AggregatorConfig",
+        "metadata": {"name": "aggregator-config", "namespace": "di-system"},
+        "spec": {"aggregator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "agg"}]}}}}
+    }))
+    .unwrap();
+    di_api::defaults::default_aggregator_config(&mut config);
+    config
 }

@@ -5,8 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::job;
-use di_api::AggregatorConfig;
+use common::{agconfig, job};
 use di_api::contract::Role;
 use di_controller::desired::{self, Replica, Settings};
 use k8s_openapi::api::core::v1::Pod;
@@ -33,17 +32,6 @@ fn ports(pod: &Pod) -> Vec<(String, i32)> {
 
 fn service_ports(replica: &Replica) -> Vec<(String, i32)> {
     replica.service.spec.as_ref().unwrap().ports.iter().flatten().map(|p| (p.name.clone().unwrap(), p.port)).collect()
-}
-
-fn agconfig() -> AggregatorConfig {
-    let mut config: AggregatorConfig = serde_json::from_value(json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "AggregatorConfig",
-        "metadata": {"name": "aggregator-config", "namespace": "di-system"},
-        "spec": {"aggregator": {"template": {"spec": {"containers": [{"name": "di-container", "image": "agg"}]}}}}
-    }))
-    .unwrap();
-    di_api::defaults::default_aggregator_config(&mut config);
-    config
 }
 
 #[test]

@@ -111,6 +111,7 @@ pub(super) fn check_task_job(job: &DIJob, job_volumes: &BTreeSet<String>, errs: 
                 }
             }
         }
+        check_task_minimum(job, &at, spec.min_available, task.replicas, errs);
         check_template(&format!("{at}.template"), task.template, None, Some(job_volumes), errs);
         if task.completion
             && let Some(policy) =
@@ -125,6 +126,29 @@ pub(super) fn check_task_job(job: &DIJob, job_volumes: &BTreeSet<String>, errs: 
                 ),
             );
         }
+    }
+}
+
+/// A task's `minAvailable`: between 0 (out of the gang) and its replicas, on a gang job.
+fn check_task_minimum(job: &DIJob, at: &str, minimum: Option<i32>, replicas: u32, errs: &mut Errors) {
+    let Some(minimum) = minimum else { return };
+    let field = format!("{at}.minAvailable");
+    if !crate::gang::enabled(job) {
+        errs.add(
+            field,
+            "Forbidden: spec.gang.enabled is false, so there is no gang to need this task's pods; remove it, or \
+             remove spec.gang.enabled",
+        );
+    } else if minimum < 0 {
+        errs.add(field, format!("Invalid value: {minimum}: must be 0 (outside the gang) or more"));
+    } else if minimum as u32 > replicas {
+        errs.add(
+            field,
+            format!(
+                "Invalid value: {minimum}: more than the task's {replicas} pods; give at most {replicas}, or 0 to \
+                 place the task's pods outside the gang"
+            ),
+        );
     }
 }
 

@@ -1,0 +1,213 @@
+//! Gang scheduling with the control-plane tier's real kube-scheduler (Kubernetes 1.37's native
+//! PodGroups): a job's gang is placed whole or not at all, so two jobs that each fit the cluster
+//! alone but not together never hold GPUs the other needs. Each scenario registers GPU nodes of
+//! its own, which only its pods select.
+
+use std::time::Duration;
+
+use di_api::{DIJob, DIJobCondition, Phase};
+use di_e2e::capacity::{self, GPU, NodeShape};
+use di_e2e::cluster::{not_applicable, within};
+use di_e2e::nodes::real_nodes;
+use di_e2e::scenario::{Scenario, WAIT};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+
+/// The condition of a job whose pods the scheduler cannot place.
+const WAITING: &str = "WaitingForCapacity";
+
+/// The label a scenario's GPU nodes carry, and its pods select.
+const POOL: &str = "di-e2e/pool";
+
+/// Registers `count` nodes of `gpus` GPUs for the scenario's pods alone.
+async fn gpu_nodes(s: &Scenario, count: usize, gpus: u32) -> Vec<String> {
+    let mut names = vec![];
+    for i in 0..count {
+        let mut shape = NodeShape::gpu(&format!("{}-gpu-{i}", s.ns), gpus);
+        shape.labels.insert(POOL.into(), s.ns.clone());
+        capacity::register(&s.cluster.client, &shape).await.expect("registering a GPU node");
+        names.push(shape.name);
+    }
+    names
+}
+
+/// A task job of `workers` pods of one GPU each, on the scenario's nodes.
+async fn submit_gpu_tasks(s: &Scenario, name: &str, workers: i32) {
+    let mut container = s.nodes.container();
+    container["resources"] = json!({"limits": {GPU: "1"}});
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": name},
+        "spec": {"tasks": [{"name": "worker", "type": "learner", "replicas": workers, "template": {"spec": {
+            "containers": [container], "nodeSelector": {POOL: s.ns}, "restartPolicy": "Never",
+        }}}]},
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+}
+
+async fn pods_of(s: &Scenario, job: &str) -> Vec<Pod> {
+    let params = ListParams::default().labels(&format!("{}={job}", di_api::contract::labels::JOB_NAME));
+    s.pods.list(&params).await.unwrap().items
+}
+
+fn condition<'a>(job: Option<&'a DIJob>, type_: &str) -> Option<&'a DIJobCondition> {
+    job?.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn bound(pods: &[Pod]) -> Vec<String> {
+    pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()).map(|p| p.name_any()).collect()
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_gang_that_does_not_fit_holds_no_gpu_until_the_one_running_ends() {
+    if real_nodes() {
+        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
+        return;
+    }
+    let s = Scenario::new("gangs").await;
+    let nodes = gpu_nodes(&s, 2, 4).await;
+
+    submit_gpu_tasks(&s, "first", 6).await;
+    s.wait_phase("first", Phase::Running).await;
+    assert_eq!(bound(&pods_of(&s, "first").await).len(), 6);
+
+    // Two of the eight GPUs are free: without a gang, two of its pods would take them.
+    submit_gpu_tasks(&s, "second", 6).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        let pods = pods_of(&s, "second").await;
+        assert_eq!(bound(&pods), Vec::<String>::new(), "a part of the second gang was placed");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(pods_of(&s, "second").await.len(), 6, "its pods exist, waiting to be placed whole");
+    // The job says it waits, and why: the scheduler's word on its gang.
+    let waiting = |job: Option<&DIJob>| condition(job, WAITING).is_some_and(|c| c.status == "True");
+    let job = within(WAIT, "the second job to say it waits", await_condition(s.jobs.clone(), "second", waiting))
+        .await
+        .unwrap();
+    let said = condition(job.as_ref(), WAITING).unwrap().message.clone().unwrap_or_default();
+    assert!(said.contains("pod(s) cannot be placed yet; second-worker-") && said.contains("minCount (6)"), "{said}");
+
+    for i in 0..6 {
+        s.nodes.exit(&s.ns, &format!("first-worker-{i}"), 0).await;
+    }
+    s.wait_phase("first", Phase::Succeeded).await;
+    let job = s.wait_phase("second", Phase::Running).await;
+    assert_eq!(bound(&pods_of(&s, "second").await).len(), 6);
+    let placed = condition(Some(&job), WAITING).expect("the condition stays, cleared");
+    assert_eq!((placed.status.as_str(), placed.reason.as_deref()), ("False", Some("Placed")));
+    let events = s.cluster.kubectl(&["get", "events", "-n", &s.ns, "--field-selector", "reason=WaitingForCapacity"]);
+    let events = String::from_utf8_lossy(&events.unwrap().stdout).into_owned();
+    assert!(events.contains("dijob/second") && events.contains("minCount (6)"), "{events}");
+    for node in nodes {
+        capacity::unregister(&s.cluster.client, &node).await.unwrap();
+    }
+}
+
+/// Polls for `secs` seconds that none of `job`'s pods is bound, the pods existing.
+async fn none_bound_for(s: &Scenario, job: &str, secs: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        assert_eq!(bound(&pods_of(s, job).await), Vec::<String>::new(), "a part of {job}'s gang was placed");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_waiting(s: &Scenario, job: &str) {
+    let waiting = |job: Option<&DIJob>| condition(job, WAITING).is_some_and(|c| c.status == "True");
+    within(WAIT, &format!("{job} to say it waits"), await_condition(s.jobs.clone(), job, waiting)).await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_mesh_larger_than_the_cluster_is_never_placed_in_part_and_runs_once_a_node_joins() {
+    if real_nodes() {
+        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
+        return;
+    }
+    let s = Scenario::new("gang-mesh").await;
+    let mut nodes = gpu_nodes(&s, 2, 4).await;
+    submit_gpu_tasks(&s, "mesh", 10).await;
+    wait_waiting(&s, "mesh").await;
+    none_bound_for(&s, "mesh", 3).await;
+
+    let mut third = NodeShape::gpu(&format!("{}-gpu-2", s.ns), 4);
+    third.labels.insert(POOL.into(), s.ns.clone());
+    capacity::register(&s.cluster.client, &third).await.unwrap();
+    nodes.push(third.name);
+    s.wait_phase("mesh", Phase::Running).await;
+    assert_eq!(bound(&pods_of(&s, "mesh").await).len(), 10);
+    for node in nodes {
+        capacity::unregister(&s.cluster.client, &node).await.unwrap();
+    }
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
+    if real_nodes() {
+        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
+        return;
+    }
+    let s = Scenario::new("gang-roles").await;
+    let nodes = gpu_nodes(&s, 1, 4).await;
+    let on_pool = |gpus: Option<u32>| {
+        let mut container = s.nodes.container();
+        if let Some(gpus) = gpus {
+            container["resources"] = json!({"limits": {GPU: gpus.to_string()}});
+        }
+        json!({"spec": {"containers": [container], "nodeSelector": {POOL: s.ns}}})
+    };
+    let config = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "AggregatorConfig",
+        "metadata": {"name": "agg"},
+        "spec": {"aggregator": {"template": on_pool(None)}},
+    });
+    let configs: kube::Api<di_api::AggregatorConfig> = kube::Api::namespaced(s.cluster.client.clone(), &s.ns);
+    configs.create(&PostParams::default(), &serde_json::from_value(config).unwrap()).await.unwrap();
+    // One logic learner of 8 GPUs (its aggregator and one DDP learner pod): more than the node has.
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "roles"},
+        "spec": {
+            "coordinator": {"template": on_pool(None)},
+            "collector": {"replicas": 2, "template": on_pool(None)},
+            "learner": {"replicas": 1, "gpus": 8, "aggregatorConfig": "agg", "template": on_pool(Some(8))},
+        },
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+    wait_waiting(&s, "roles").await;
+
+    let scaled = json!({"spec": {"collector": {"replicas": 5}}});
+    s.jobs.patch("roles", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&scaled)).await.unwrap();
+    let running = |n: usize| {
+        move |pods: &[Pod]| {
+            pods.iter()
+                .filter(|p| p.name_any().contains("-collector-"))
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .count()
+                == n
+        }
+    };
+    let collectors_run = async {
+        loop {
+            if running(5)(&pods_of(&s, "roles").await) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    within(WAIT, "five collectors running", collectors_run).await;
+    // The gang's aggregator needs no GPU, yet is not placed apart from its DDP learner.
+    let pods = pods_of(&s, "roles").await;
+    let placed = bound(&pods);
+    assert!(!placed.iter().any(|p| p.contains("aggregator") || p.contains("ddp-learner")), "{placed:?}");
+    assert!(placed.iter().any(|p| p.ends_with("-coordinator")), "{placed:?}");
+    for node in nodes {
+        capacity::unregister(&s.cluster.client, &node).await.unwrap();
+    }
+}
