@@ -45,9 +45,19 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
     }
 }
 
+/// The phase, and what it waits for when the scheduler cannot place its pods (`Created
+/// (WaitingForCapacity)`), as kubectl shows a pod's reason in place of its phase.
 fn phase(job: &DIJob) -> String {
-    job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"))
+    let phase = job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"));
+    let waiting = job.status.iter().flat_map(|s| &s.conditions).find(|c| c.type_ == WAITING && c.status == "True");
+    match waiting {
+        Some(_) => format!("{phase} ({WAITING})"),
+        None => phase,
+    }
 }
+
+/// The condition of a job whose pods the scheduler cannot place (the reconciler's).
+const WAITING: &str = "WaitingForCapacity";
 
 /// Ready and wanted pods, `ready/wanted`; before any status, what the spec asks for.
 fn ready(job: &DIJob) -> String {
@@ -293,6 +303,23 @@ mod tests {
             text.contains("  mesh-collector-1   collector   Pending   mesh-collector-1.di-mesh.rl.svc\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_job_waiting_for_capacity_says_so() {
+        let waiting = job(
+            "j",
+            "ns",
+            json!({"phase": "Created", "conditions": [{"type": "WaitingForCapacity", "status": "True",
+                "message": "2 pod(s) cannot be placed yet"}]}),
+        );
+        assert_eq!(phase(&waiting), "Created (WaitingForCapacity)");
+        let placed = job(
+            "j",
+            "ns",
+            json!({"phase": "Running", "conditions": [{"type": "WaitingForCapacity", "status": "False"}]}),
+        );
+        assert_eq!(phase(&placed), "Running");
     }
 
     #[test]

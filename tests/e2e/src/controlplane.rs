@@ -21,10 +21,12 @@ use crate::binaries::Binaries;
 use crate::certs;
 
 /// Controllers the tier relies on: garbage collection of owned objects, namespace deletion, the
-/// default ServiceAccount (and its token and CA bundle) that pods need, and the binding of
-/// claims to the volumes a scenario provides (the scheduler places no pod whose claim is unbound).
-const CONTROLLERS: &str =
-    "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,persistentvolume-binder";
+/// default ServiceAccount (and its token and CA bundle) that pods need, the binding of claims to
+/// the volumes a scenario provides (the scheduler places no pod whose claim is unbound), and the
+/// release of a PodGroup's protection once no pod uses it (without it no PodGroup, and so no
+/// job deleted in the foreground, ever goes).
+const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,\
+                           persistentvolume-binder,podgroup-protection-controller";
 
 /// Kubernetes 1.37's gang scheduling (`scheduling.k8s.io/v1beta1` PodGroups and the scheduler's
 /// GangScheduling plugin) is beta and off by default: every component must have the gate.

@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cluster;
 pub mod controlplane;
 pub mod delay;
+pub mod history;
 pub mod nodes;
 pub mod orchestrator;
 pub mod scenario;

@@ -2,11 +2,12 @@
 //! once each, and its phase never goes back. Alone in its own test binary: on kind the kill takes
 //! the deployed orchestrator, and with it the webhook every other scenario's writes need, away.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use di_api::{DIJob, Phase};
 use di_e2e::cluster::within;
+use di_e2e::history::{created_once, pod_uids};
 use di_e2e::scenario::{Scenario, WAIT, names};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -81,49 +82,6 @@ async fn an_orchestrator_killed_mid_job_restarts_without_duplicates() {
     created_once(&created, &after, &expected, "after a restart of a running job");
     let seen = phases.lock().unwrap().clone();
     assert!(seen.iter().all(|p| *p == Some(Phase::Running)), "the phase went back after a restart: {seen:?}");
-}
-
-type Uids = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Every UID each pod of the namespace has had, from a watch: a pod deleted and created again
-/// shows as a second UID under its name, which no list of names can show since the API server
-/// never holds two pods of one name. Returns once the watch has listed the namespace.
-async fn pod_uids(pods: &Api<Pod>) -> Uids {
-    let seen = Uids::default();
-    let record = seen.clone();
-    let (listed, on_listed) = futures::channel::oneshot::channel();
-    let mut listed = Some(listed);
-    let events = watcher(pods.clone(), watcher::Config::default()).default_backoff();
-    tokio::spawn(events.for_each(move |event| {
-        match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
-                let uid = pod.uid().unwrap_or_default();
-                record.lock().unwrap().entry(pod.name_any()).or_default().insert(uid);
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(listed) = listed.take() {
-                    let _ = listed.send(());
-                }
-            }
-            _ => {}
-        }
-        std::future::ready(())
-    }));
-    within(WAIT, "the pod watch to list the namespace", on_listed).await.unwrap();
-    seen
-}
-
-/// Fails unless every pod ever seen is one of `expected`, created once: what the watch saw, and
-/// `listed` (a list the watch may not have caught up with yet).
-fn created_once(created: &Uids, listed: &[Pod], expected: &[String], when: &str) {
-    let mut seen = created.lock().unwrap().clone();
-    for pod in listed {
-        seen.entry(pod.name_any()).or_default().insert(pod.uid().unwrap());
-    }
-    let twice: BTreeMap<_, _> = seen.iter().filter(|(_, uids)| uids.len() > 1).collect();
-    assert!(twice.is_empty(), "{when}: pods created more than once: {twice:?}");
-    let names: BTreeSet<&String> = seen.keys().collect();
-    assert_eq!(names, expected.iter().collect(), "{when}: pods of other names");
 }
 
 /// Records every phase job `name` shows, from a watch, until the test ends.

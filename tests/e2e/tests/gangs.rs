@@ -1,19 +1,19 @@
-//! Gang scheduling with the control-plane tier's real kube-scheduler (Kubernetes 1.37's native
-//! PodGroups): a job's gang is placed whole or not at all, so two jobs that each fit the cluster
-//! alone but not together never hold GPUs the other needs. Each scenario registers GPU nodes of
-//! its own, which only its pods select.
+//! Gang scheduling with a real kube-scheduler (Kubernetes 1.37's native PodGroups): a job's gang
+//! is placed whole or not at all, so two jobs that each fit the cluster alone but not together
+//! never hold GPUs the other needs. Each scenario has GPUs of its own, which only its pods select
+//! ([`GpuPool`]).
 
 use std::time::Duration;
 
 use di_api::{DIJob, DIJobCondition, Phase};
 use di_e2e::capacity::{self, GPU, NodeShape};
-use di_e2e::cluster::{not_applicable, within};
+use di_e2e::cluster::within;
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT};
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 /// The condition of a job whose pods the scheduler cannot place.
@@ -22,16 +22,71 @@ const WAITING: &str = "WaitingForCapacity";
 /// The label a scenario's GPU nodes carry, and its pods select.
 const POOL: &str = "di-e2e/pool";
 
-/// Registers `count` nodes of `gpus` GPUs for the scenario's pods alone.
-async fn gpu_nodes(s: &Scenario, count: usize, gpus: u32) -> Vec<String> {
-    let mut names = vec![];
-    for i in 0..count {
-        let mut shape = NodeShape::gpu(&format!("{}-gpu-{i}", s.ns), gpus);
-        shape.labels.insert(POOL.into(), s.ns.clone());
-        capacity::register(&s.cluster.client, &shape).await.expect("registering a GPU node");
-        names.push(shape.name);
+/// GPUs for one scenario's pods alone (they select [`POOL`]). On the control-plane tier, nodes
+/// of their own; on kind, whose one node is shared by the suite, that node's capacity, labelled
+/// and advertised as an extended resource (as a device plugin would), one scenario at a time.
+struct GpuPool {
+    client: kube::Client,
+    ns: String,
+    nodes: Vec<String>,
+    /// The kind node, while this scenario holds it.
+    real: Option<(String, tokio::sync::MutexGuard<'static, ()>)>,
+    gpus: u32,
+}
+
+/// The kind node's GPUs are one scenario's at a time.
+static REAL_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl GpuPool {
+    /// `count` nodes of `gpus` each (on kind: one node of all of them).
+    async fn new(s: &Scenario, count: usize, gpus: u32) -> GpuPool {
+        let mut pool =
+            GpuPool { client: s.cluster.client.clone(), ns: s.ns.clone(), nodes: vec![], real: None, gpus: 0 };
+        if real_nodes() {
+            let guard = REAL_NODE.lock().await;
+            let nodes: Api<Node> = Api::all(pool.client.clone());
+            let node = nodes.list(&ListParams::default()).await.unwrap().items.remove(0).name_any();
+            let label = json!({"metadata": {"labels": {POOL: pool.ns}}});
+            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+            pool.real = Some((node, guard));
+        }
+        for _ in 0..count {
+            pool.add(gpus).await;
+        }
+        pool
     }
-    names
+
+    /// One more node of `gpus` (on kind: as many more on the node).
+    async fn add(&mut self, gpus: u32) {
+        self.gpus += gpus;
+        match &self.real {
+            Some((node, _)) => {
+                let nodes: Api<Node> = Api::all(self.client.clone());
+                let capacity = json!({"status": {"capacity": {GPU: self.gpus.to_string()}}});
+                nodes.patch_status(node, &PatchParams::default(), &Patch::Merge(&capacity)).await.unwrap();
+            }
+            None => {
+                let mut shape = NodeShape::gpu(&format!("{}-gpu-{}", self.ns, self.nodes.len()), gpus);
+                shape.labels.insert(POOL.into(), self.ns.clone());
+                capacity::register(&self.client, &shape).await.expect("registering a GPU node");
+                self.nodes.push(shape.name);
+            }
+        }
+    }
+
+    /// Gives the GPUs back: the nodes go, or the kind node loses its label and GPUs.
+    async fn release(self) {
+        for node in &self.nodes {
+            capacity::unregister(&self.client, node).await.unwrap();
+        }
+        if let Some((node, _guard)) = &self.real {
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let label = json!({"metadata": {"labels": {POOL: null}}});
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+            let capacity = json!({"status": {"capacity": {GPU: null}}});
+            nodes.patch_status(node, &PatchParams::default(), &Patch::Merge(&capacity)).await.unwrap();
+        }
+    }
 }
 
 /// A task job of `workers` pods of one GPU each, on the scenario's nodes.
@@ -64,12 +119,8 @@ fn bound(pods: &[Pod]) -> Vec<String> {
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_gang_that_does_not_fit_holds_no_gpu_until_the_one_running_ends() {
-    if real_nodes() {
-        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
-        return;
-    }
     let s = Scenario::new("gangs").await;
-    let nodes = gpu_nodes(&s, 2, 4).await;
+    let pool = GpuPool::new(&s, 2, 4).await;
 
     submit_gpu_tasks(&s, "first", 6).await;
     s.wait_phase("first", Phase::Running).await;
@@ -103,9 +154,7 @@ async fn a_gang_that_does_not_fit_holds_no_gpu_until_the_one_running_ends() {
     let events = s.cluster.kubectl(&["get", "events", "-n", &s.ns, "--field-selector", "reason=WaitingForCapacity"]);
     let events = String::from_utf8_lossy(&events.unwrap().stdout).into_owned();
     assert!(events.contains("dijob/second") && events.contains("minCount (6)"), "{events}");
-    for node in nodes {
-        capacity::unregister(&s.cluster.client, &node).await.unwrap();
-    }
+    pool.release().await;
 }
 
 /// Polls for `secs` seconds that none of `job`'s pods is bound, the pods existing.
@@ -125,36 +174,23 @@ async fn wait_waiting(s: &Scenario, job: &str) {
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_mesh_larger_than_the_cluster_is_never_placed_in_part_and_runs_once_a_node_joins() {
-    if real_nodes() {
-        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
-        return;
-    }
     let s = Scenario::new("gang-mesh").await;
-    let mut nodes = gpu_nodes(&s, 2, 4).await;
+    let mut pool = GpuPool::new(&s, 2, 4).await;
     submit_gpu_tasks(&s, "mesh", 10).await;
     wait_waiting(&s, "mesh").await;
     none_bound_for(&s, "mesh", 3).await;
 
-    let mut third = NodeShape::gpu(&format!("{}-gpu-2", s.ns), 4);
-    third.labels.insert(POOL.into(), s.ns.clone());
-    capacity::register(&s.cluster.client, &third).await.unwrap();
-    nodes.push(third.name);
+    pool.add(4).await;
     s.wait_phase("mesh", Phase::Running).await;
     assert_eq!(bound(&pods_of(&s, "mesh").await).len(), 10);
-    for node in nodes {
-        capacity::unregister(&s.cluster.client, &node).await.unwrap();
-    }
+    pool.release().await;
 }
 
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
-    if real_nodes() {
-        not_applicable("the kind node has no GPUs and its API server no GenericWorkload gate");
-        return;
-    }
     let s = Scenario::new("gang-roles").await;
-    let nodes = gpu_nodes(&s, 1, 4).await;
+    let pool = GpuPool::new(&s, 1, 4).await;
     let on_pool = |gpus: Option<u32>| {
         let mut container = s.nodes.container();
         if let Some(gpus) = gpus {
@@ -167,7 +203,7 @@ async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
         "metadata": {"name": "agg"},
         "spec": {"aggregator": {"template": on_pool(None)}},
     });
-    let configs: kube::Api<di_api::AggregatorConfig> = kube::Api::namespaced(s.cluster.client.clone(), &s.ns);
+    let configs: Api<di_api::AggregatorConfig> = Api::namespaced(s.cluster.client.clone(), &s.ns);
     configs.create(&PostParams::default(), &serde_json::from_value(config).unwrap()).await.unwrap();
     // One logic learner of 8 GPUs (its aggregator and one DDP learner pod): more than the node has.
     let job = json!({
@@ -183,7 +219,7 @@ async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
     wait_waiting(&s, "roles").await;
 
     let scaled = json!({"spec": {"collector": {"replicas": 5}}});
-    s.jobs.patch("roles", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&scaled)).await.unwrap();
+    s.jobs.patch("roles", &PatchParams::default(), &Patch::Merge(&scaled)).await.unwrap();
     let running = |n: usize| {
         move |pods: &[Pod]| {
             pods.iter()
@@ -207,7 +243,5 @@ async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
     let placed = bound(&pods);
     assert!(!placed.iter().any(|p| p.contains("aggregator") || p.contains("ddp-learner")), "{placed:?}");
     assert!(placed.iter().any(|p| p.ends_with("-coordinator")), "{placed:?}");
-    for node in nodes {
-        capacity::unregister(&s.cluster.client, &node).await.unwrap();
-    }
+    pool.release().await;
 }
