@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::decision::backoff;
 use crate::desired::BuildError;
-use crate::plan::backoff;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

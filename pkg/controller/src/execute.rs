@@ -15,12 +15,11 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde_json::json;
 use tracing::info;
 
+use crate::context::{Context, MANAGER, publish_on};
 use crate::created::Kind;
+use crate::decision::{Action, Why};
 use crate::desired::identity;
 use crate::error::Error;
-use crate::pass::publish_on;
-use crate::plan::{Action, Why};
-use crate::reconciler::{Context, MANAGER};
 use crate::view::controller_uid;
 
 /// Carries out the actions; whether any pod was created.

@@ -11,9 +11,9 @@ use di_api::DIJob;
 use di_api::contract::{Role, names};
 use kube::ResourceExt;
 
+use crate::decision::{Action, Why};
 use crate::desired::gang::{self, Backend, Gang};
 use crate::desired::{BuildError, Settings, owner_reference};
-use crate::plan::{Action, Why};
 
 /// Joins the created pods of `gangs` to them and puts their PodGroups' applies first.
 pub fn attach(job: &DIJob, gangs: &[Gang], settings: &Settings, actions: &mut Vec<Action>) -> Result<(), BuildError> {

@@ -10,9 +10,9 @@ use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, Val
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use crate::context::MANAGER;
 pub use crate::desired::identity::Identity;
 use crate::desired::identity::{SHARED, policy, policy_binding};
-use crate::reconciler::MANAGER;
 
 /// What the operator asked for (`--replica-identity`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

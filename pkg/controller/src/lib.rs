@@ -1,8 +1,10 @@
 //! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`, `pace`) sit at the core; the
 //! Kubernetes I/O (`reconciler`, `leader`) at the edge.
 
+pub mod context;
 pub mod created;
 pub mod creates;
+pub mod decision;
 pub mod desired;
 mod discovery;
 pub mod error;

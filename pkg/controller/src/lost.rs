@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::plan::restarts_of;
+use crate::decision::restarts_of;
 use crate::status::is_terminating;
 
 /// One loss of the job's coordinator.

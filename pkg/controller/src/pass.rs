@@ -10,23 +10,24 @@ use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
 use di_client::is_status;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
 
+use crate::context::{Context, MANAGER, publish, publish_on};
 use crate::created::Kind;
+use crate::decision::{Action, Plan, World};
 use crate::desired;
 use crate::error::Error;
 use crate::execute::execute;
 use crate::pace::{self, Write};
-use crate::plan::{self, Action, Plan, World};
-use crate::reconciler::{Context, MANAGER};
+use crate::plan;
 use crate::status::{self, Facts};
 use crate::view::JobView;
 
@@ -361,32 +362,6 @@ async fn mark_failed(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &st
         publish_on(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
     }
     Ok(())
-}
-
-/// Publishes an event on the job without holding up the pass: events inform, they do not gate.
-pub(crate) fn publish(
-    ctx: &Arc<Context>,
-    job: &ObjectReference,
-    name: &str,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: Option<String>,
-) {
-    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
-    ctx.events.send(event, job.clone(), name);
-}
-
-/// Publishes an event on `job`.
-pub(crate) fn publish_on(
-    ctx: &Arc<Context>,
-    job: &DIJob,
-    type_: EventType,
-    reason: &str,
-    action: &str,
-    note: Option<String>,
-) {
-    publish(ctx, &job.object_ref(&()), &job.name_any(), type_, reason, action, note);
 }
 
 #[cfg(test)]

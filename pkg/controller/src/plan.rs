@@ -6,104 +6,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use di_api::contract::{Role, annotations, names};
-use di_api::defaults::{CleanPodPolicy, clean_pod_policy};
 use di_api::pod::{index_of, role_of};
-use di_api::{AggregatorConfig, DIJob, DIJobStatus, Phase};
+use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 
-use crate::desired::{self, BuildError, Rbac, Settings, identity};
+pub use crate::decision::{Action, Plan, Why, World, backoff};
+use crate::decision::{cleanup, delete_pod, delete_service, restart_after, restarts_of};
+use crate::desired::{self, BuildError, Settings, identity};
 use crate::restarts::Mark;
-use crate::status::{self, Facts, is_active, is_terminating, pod_phase};
-
-/// What exists of a job, and when.
-pub struct World<'a> {
-    /// The job's own pods and services: those its UID controls.
-    pub pods: Vec<&'a Pod>,
-    pub services: Vec<&'a Service>,
-    /// Names the job wants that a pod or Service of another owner holds, with who holds them: a
-    /// deleted predecessor's of the same name still being collected, or another job's whose
-    /// names collide with this one's (task `b-collector` of job `a` and role job `a-b` both want
-    /// pod `a-b-collector-0`). Never counted, touched, or created over; the job waits for them
-    /// to go, and says so (condition NamesTaken).
-    pub taken: BTreeMap<String, String>,
-    /// The AggregatorConfig, when the job's learners need one and it exists.
-    pub aggregator_config: Option<&'a AggregatorConfig>,
-    /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
-    pub missing_aggregator_config: Option<String>,
-    pub now: Timestamp,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// The sidecar's ServiceAccount, Role and RoleBinding.
-    CreateRbac(Box<Rbac>),
-    /// The namespace's shared replica identity, which the sidecar runs as (`desired::identity`).
-    EnsureNamespaceIdentity,
-    CreateService(Box<Service>),
-    CreatePod(Box<Pod>),
-    /// A gang's PodGroup, in the backend's API: created, or its minimum updated, before any pod
-    /// that joins it is created (`gangs`).
-    ApplyPodGroup(Box<serde_json::Value>),
-    /// The PodGroup of a gang the job no longer has (a logic learner scaled away).
-    DeletePodGroup {
-        name: String,
-    },
-    /// Count a failed replica's replacement on its Service, then its pod is deleted.
-    MarkRestart {
-        service: String,
-        mark: Mark,
-    },
-    /// Deletes the pod with this UID (not a newer one of the same name), with its own grace
-    /// period: its containers stop before the name is free for a replacement.
-    DeletePod {
-        name: String,
-        uid: String,
-        why: Why,
-    },
-    /// Deletes the service with this UID.
-    DeleteService {
-        name: String,
-        uid: String,
-    },
-    DeleteRbac,
-    /// The finished job's TTL has passed.
-    DeleteJob,
-}
-
-/// Why a pod is deleted, for events and metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Why {
-    ScaledDown,
-    Failed,
-    AggregatorFailed,
-    /// The coordinator reported it failed.
-    Reported,
-    Suspended,
-    Cleanup,
-    /// A task job's peer set changed (a task was scaled): every pod is built again.
-    Rebuilt,
-    /// A task job with `restartPolicy: Job` replaces every pod when one fails.
-    JobRestart,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
-    pub status: DIJobStatus,
-    pub actions: Vec<Action>,
-    /// When to look again even if nothing changes (backoff, TTL).
-    pub requeue_after: Option<Duration>,
-}
-
-/// Longest wait before a failed replica is replaced.
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
-
-/// Backoff before the `restarts`-th replacement: `base * 2^(restarts-1)`, capped.
-pub fn backoff(base: Duration, restarts: u32) -> Duration {
-    let factor = 2u32.saturating_pow(restarts.saturating_sub(1));
-    base.saturating_mul(factor).min(MAX_BACKOFF)
-}
+use crate::status::{self, Facts, is_terminating, pod_phase};
 
 /// Decides a pass for a defaulted, valid job.
 pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Duration) -> Result<Plan, BuildError> {
@@ -276,26 +189,6 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     Ok(plan)
 }
 
-impl Plan {
-    /// A finished job's `ttlSecondsAfterFinished`, role job or task job alike: the job is deleted
-    /// once it has passed, and looked at again when it will.
-    pub(crate) fn expire(&mut self, job: &DIJob, now: Timestamp) {
-        let Some(ttl) = job.spec.ttl_seconds_after_finished else { return };
-        if !self.status.phase.is_some_and(Phase::is_finished) {
-            return;
-        }
-        let finished = status::finished_at(&DIJob { status: Some(self.status.clone()), ..job.clone() }).unwrap_or(now);
-        let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
-        match expires.duration_since(now) {
-            left if left.is_positive() => {
-                let left = left.unsigned_abs();
-                self.requeue_after = Some(self.requeue_after.map_or(left, |r| r.min(left)));
-            }
-            _ => self.actions.push(Action::DeleteJob),
-        }
-    }
-}
-
 /// A started role job whose spec cannot be acted on (it became invalid without the webhook) is
 /// held as it runs, but its coordinator's end is still its end: recorded, cleaned up by the
 /// clean pod policy, its TTL counted. `None` while the coordinator has not ended.
@@ -344,33 +237,4 @@ fn phase_reason(phase: Phase, coordinator: Option<&Pod>) -> (String, String) {
         Phase::Pending | Phase::Starting | Phase::Restarting | Phase::Rescheduling => ("", String::new()),
     };
     (reason.into(), message)
-}
-
-/// What a finished job leaves: its pods by its clean pod policy; its Services go in any case.
-pub(crate) fn cleanup(job: &DIJob, world: &World) -> Vec<Action> {
-    let policy = clean_pod_policy(job);
-    let pods = world.pods.iter().filter(|p| !is_terminating(p)).filter(|pod| match policy {
-        CleanPodPolicy::All => true,
-        CleanPodPolicy::Running => is_active(pod),
-        CleanPodPolicy::None => false,
-    });
-    let mut actions: Vec<Action> = pods.map(|p| delete_pod(p, Why::Cleanup)).collect();
-    actions.extend(world.services.iter().map(|s| delete_service(s)));
-    actions
-}
-
-pub(crate) fn delete_pod(pod: &Pod, why: Why) -> Action {
-    Action::DeletePod { name: pod.name_any(), uid: pod.uid().unwrap_or_default(), why }
-}
-
-pub(crate) fn delete_service(service: &Service) -> Action {
-    Action::DeleteService { name: service.name_any(), uid: service.uid().unwrap_or_default() }
-}
-
-pub(crate) fn restarts_of(service: &Service) -> u32 {
-    service.annotations().get(annotations::RESTARTS).and_then(|r| r.parse().ok()).unwrap_or(0)
-}
-
-pub(crate) fn restart_after(service: &Service) -> Option<Timestamp> {
-    service.annotations().get(annotations::RESTART_AFTER)?.parse().ok()
 }

@@ -12,10 +12,10 @@ use kube::{Api, Client, ResourceExt};
 
 use tracing::{info, warn};
 
+use crate::context::{Context, MANAGER};
+use crate::decision::Action;
 use crate::desired::gang::{self, Backend};
 use crate::error::Error;
-use crate::plan::Action;
-use crate::reconciler::{Context, MANAGER};
 
 /// What `--gang-scheduler` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]

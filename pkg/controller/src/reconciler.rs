@@ -13,6 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
+use crate::context::{Context, MANAGER};
 use crate::created::Created;
 use crate::desired::{self, Settings, managed_selector};
 use crate::error::{Error, Retries};
@@ -20,40 +21,8 @@ use crate::index::JobIndex;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
-use crate::restarts::Marks;
 use crate::triggers::PodChanges;
 use crate::view::{JobMember, JobView, PodView, ServiceView};
-
-/// Field manager of everything the reconciler writes.
-pub const MANAGER: &str = "di-orchestrator";
-
-/// Everything a pass needs besides the job.
-pub struct Context {
-    pub client: Client,
-    pub pods: Store<PodView>,
-    pub services: Store<ServiceView>,
-    /// Every AggregatorConfig.
-    pub configs: Store<AggregatorConfig>,
-    /// Which cached pods and services are whose.
-    pub pod_index: JobIndex,
-    pub service_index: JobIndex,
-    pub settings: Settings,
-    /// First delay before a failed replica is replaced; doubles with each replacement.
-    pub restart_backoff: Duration,
-    pub events: crate::events::Events,
-    pub metrics: Arc<Metrics>,
-    pub pacer: Pacer,
-    /// Restart marks written and not yet seen in the service cache.
-    pub marks: Arc<Marks>,
-    /// Pods and services created and not yet seen in the caches.
-    pub created: Created,
-    /// Failed passes in a row, per job.
-    pub retries: Retries,
-    /// Namespaces whose shared replica identity exists.
-    pub namespaces: crate::identity::Namespaces,
-    /// How many creates go out at once, per job and all jobs together.
-    pub creates: crate::creates::Limits,
-}
 
 /// Options of the reconciler loop.
 #[derive(Clone, Debug)]
@@ -254,7 +223,7 @@ pub(crate) fn error_policy(job: Arc<JobView>, error: &Error, ctx: Arc<Context>) 
     let kind = error.kind();
     ctx.metrics.reconcile_failed(&kind);
     warn!(job = %job.name_any(), namespace = ?job.namespace(), kind = %kind, "reconcile failed: {error}");
-    pass::publish(
+    crate::context::publish(
         &ctx,
         &job.object_ref(&()),
         &job.name_any(),

@@ -19,8 +19,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 
+use crate::decision::{
+    Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of,
+};
 use crate::desired::{self, BuildError, Settings, TaskObjects};
-use crate::plan::{Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of};
 use crate::restarts::Mark;
 use crate::status::{self, Facts, is_terminating, pod_phase};
 

@@ -64,7 +64,7 @@ impl From<StoredJob> for JobView {
 /// controllers' writes (DI-orchestrator 0.2's and 1.x's, by update) are recorded under theirs.
 fn wrote_status(meta: &ObjectMeta) -> bool {
     meta.managed_fields.iter().flatten().any(|entry| {
-        entry.manager.as_deref() == Some(crate::reconciler::MANAGER)
+        entry.manager.as_deref() == Some(crate::context::MANAGER)
             && entry.operation.as_deref() == Some("Apply")
             && entry.subresource.as_deref() == Some("status")
     })

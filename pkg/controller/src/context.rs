@@ -1,0 +1,79 @@
+//! What every pass shares besides its job: the caches, the settings, the pacing of writes and
+//! events, and the bookkeeping of writes the caches have not shown yet. The reconciler's edge
+//! (`reconciler`) builds it; passes (`pass`, `execute`, `podgroups`) read it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::AggregatorConfig;
+use di_api::DIJob;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+
+use crate::created::Created;
+use crate::desired::Settings;
+use crate::error::Retries;
+use crate::index::JobIndex;
+use crate::metrics::Metrics;
+use crate::pace::Pacer;
+use crate::restarts::Marks;
+use crate::view::{PodView, ServiceView};
+
+/// Field manager of everything the reconciler writes.
+pub const MANAGER: &str = "di-orchestrator";
+
+/// Everything a pass needs besides the job.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<PodView>,
+    pub services: Store<ServiceView>,
+    /// Every AggregatorConfig.
+    pub configs: Store<AggregatorConfig>,
+    /// Which cached pods and services are whose.
+    pub pod_index: JobIndex,
+    pub service_index: JobIndex,
+    pub settings: Settings,
+    /// First delay before a failed replica is replaced; doubles with each replacement.
+    pub restart_backoff: Duration,
+    pub events: crate::events::Events,
+    pub metrics: Arc<Metrics>,
+    pub pacer: Pacer,
+    /// Restart marks written and not yet seen in the service cache.
+    pub marks: Arc<Marks>,
+    /// Pods and services created and not yet seen in the caches.
+    pub created: Created,
+    /// Failed passes in a row, per job.
+    pub retries: Retries,
+    /// Namespaces whose shared replica identity exists.
+    pub namespaces: crate::identity::Namespaces,
+    /// How many creates go out at once, per job and all jobs together.
+    pub creates: crate::creates::Limits,
+}
+
+/// Publishes an event on the job without holding up the pass: events inform, they do not gate.
+pub(crate) fn publish(
+    ctx: &Arc<Context>,
+    job: &ObjectReference,
+    name: &str,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: Option<String>,
+) {
+    let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
+    ctx.events.send(event, job.clone(), name);
+}
+
+/// Publishes an event on `job`.
+pub(crate) fn publish_on(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: Option<String>,
+) {
+    publish(ctx, &job.object_ref(&()), &job.name_any(), type_, reason, action, note);
+}
