@@ -36,7 +36,7 @@ COPY rootfs/ /
 # A debug build's deserializers need deeper stacks than Rust's default 2 MiB per thread.
 ENV RUST_MIN_STACK=16777216
 # Non-root, as the Deployment's security context and the sidecar's runAsNonRoot require; the
-# sidecar states this UID (SIDECAR_USER in pkg/controller/src/desired/sidecar.rs).
+# sidecar states this UID (SIDECAR_USER in pkg/core/src/desired/sidecar.rs).
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/di-orchestrator"]
 DOCKERFILE

@@ -105,7 +105,7 @@ fn said_deleted(deleted: Result<(), kube::Error>, what: &str) -> anyhow::Result<
 /// What the orchestrator made for the replica endpoints outside the manifests: the admission
 /// policy and its binding, and each namespace's shared ServiceAccount and RoleBinding.
 async fn delete_replica_identity(ctx: &Ctx) -> anyhow::Result<()> {
-    use di_controller::desired::identity::SHARED;
+    use di_core::desired::identity::SHARED;
     use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
     use k8s_openapi::api::core::v1::ServiceAccount;
     use k8s_openapi::api::rbac::v1::RoleBinding;

@@ -1,31 +1,28 @@
-//! The DIJob reconciler. Pure decisions (`desired`, `status`, `plan`, `pace`) sit at the core; the
-//! Kubernetes I/O (`reconciler`, `leader`) at the edge.
+//! The DIJob reconciler's edge: the caches, passes carried out against the API server, pacing,
+//! events, PodGroups, leader election and metrics, around the pure core of `di-core` (what a job
+//! should have, its status, a pass's plan), which it re-exports under the paths it always had.
 
 pub mod context;
 pub mod created;
 pub mod creates;
-pub mod decision;
-pub mod desired;
 mod discovery;
 pub mod error;
 pub mod events;
 mod execute;
-mod gangs;
 pub mod identity;
 pub mod index;
 pub mod leader;
-pub mod lost;
 pub mod metrics;
 pub mod owner;
 pub mod pace;
 mod pass;
-pub mod plan;
 pub mod podgroups;
 pub mod reconciler;
 pub mod restarts;
-pub mod status;
 pub mod support;
-pub mod tasks;
 pub mod timing;
 pub mod triggers;
 pub mod view;
+
+// The pure core, under the paths the reconciler has always used.
+pub use di_core::{decision, desired, lost, plan, status, tasks};

@@ -4,36 +4,15 @@
 //! pod at once, without backoff, or count past the restart limit. So the process keeps what it
 //! wrote until the cache shows it, and a pass reads its own writes over the cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use di_api::contract::annotations;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-/// One replacement, as counted on the replica's Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mark {
-    /// The Service's UID when the pass read it; `None` if it had none yet.
-    pub service_uid: Option<String>,
-    pub restarts: u32,
-    /// The failed pod this replacement counts.
-    pub failed_uid: String,
-    pub restart_after: Timestamp,
-}
-
-impl Mark {
-    /// The Service annotations that record it.
-    pub fn annotations(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([
-            (annotations::RESTARTS.to_owned(), self.restarts.to_string()),
-            (annotations::LAST_FAILED_UID.to_owned(), self.failed_uid.clone()),
-            (annotations::RESTART_AFTER.to_owned(), self.restart_after.to_string()),
-        ])
-    }
-}
+pub use di_core::restarts::Mark;
 
 /// A cache that has not shown a write after this long never will (the Service is gone): the
 /// entry is dropped.

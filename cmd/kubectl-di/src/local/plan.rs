@@ -17,7 +17,7 @@ use anyhow::{anyhow, bail};
 use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, names};
 use di_api::resources::{di_port, main_container_index};
 use di_api::{DIJob, JobRestartPolicy};
-use di_controller::desired::{self, Settings};
+use di_core::desired::{self, Settings};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 

@@ -259,7 +259,7 @@ fn decide(
                 slot.ended = Some(code);
             } else {
                 slot.restarts += 1;
-                let wait = di_controller::plan::backoff(backoff, slot.restarts);
+                let wait = di_core::plan::backoff(backoff, slot.restarts);
                 out.status(&format!("{name} is replaced in {wait:?} (restart {})", slot.restarts));
                 slot.due = Some(Instant::now() + wait);
             }
@@ -288,7 +288,7 @@ fn decide(
                 });
             }
             *job_restarts += 1;
-            let wait = di_controller::plan::backoff(backoff, *job_restarts);
+            let wait = di_core::plan::backoff(backoff, *job_restarts);
             let due = Some(Instant::now() + wait);
             if *policy == JobRestartPolicy::Job {
                 out.status(&format!("{name} failed: every process is replaced in {wait:?} (restart {job_restarts})"));

@@ -8,10 +8,10 @@ use std::time::Duration;
 use common::{BACKOFF, created, decide, deleted, job, now, observed, with_status, world_of};
 use di_api::contract::{annotations, labels};
 use di_api::{DIJobStatus, Phase};
-use di_controller::desired::{self, Settings};
-use di_controller::plan::{Action, Why, World, backoff, plan};
-use di_controller::restarts::Mark;
-use di_controller::status::job_phase;
+use di_core::desired::{self, Settings};
+use di_core::plan::{Action, Why, World, backoff, plan};
+use di_core::restarts::Mark;
+use di_core::status::job_phase;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -276,7 +276,7 @@ fn a_finished_job_with_a_ttl_is_deleted_when_it_expires() {
     let finished = |at: Timestamp| {
         let mut j = job(0, 0, json!({"ttlSecondsAfterFinished": 60}));
         let mut status = DIJobStatus { phase: Some(Phase::Succeeded), ..Default::default() };
-        di_controller::status::set_condition(&mut status.conditions, "Succeeded", true, "CoordinatorSucceeded", "", at);
+        di_core::status::set_condition(&mut status.conditions, "Succeeded", true, "CoordinatorSucceeded", "", at);
         j.status = Some(status);
         j
     };

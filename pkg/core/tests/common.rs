@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use di_api::defaults::default_dijob;
 use di_api::{AggregatorConfig, DIJob, DIJobStatus};
-use di_controller::desired::{self, Settings};
-use di_controller::plan::{Action, Plan, Why, World, plan};
+use di_core::desired::{self, Settings};
+use di_core::plan::{Action, Plan, Why, World, plan};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;

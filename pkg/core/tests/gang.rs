@@ -5,9 +5,9 @@ mod common;
 
 use common::{agconfig, job};
 use di_api::DIJob;
-use di_controller::desired::gang::{self, Backend, COSCHEDULING_LABEL, Gang, VOLCANO_ANNOTATION};
-use di_controller::desired::{self, Settings, owner_reference};
-use di_controller::plan::{Action, Plan, plan};
+use di_core::desired::gang::{self, Backend, COSCHEDULING_LABEL, Gang, VOLCANO_ANNOTATION};
+use di_core::desired::{self, Settings, owner_reference};
+use di_core::plan::{Action, Plan, plan};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::ResourceExt;

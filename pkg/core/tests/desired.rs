@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use common::{agconfig, job};
 use di_api::contract::Role;
-use di_controller::desired::{self, Replica, Settings};
+use di_core::desired::{self, Replica, Settings};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::json;

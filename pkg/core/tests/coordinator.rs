@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use common::{created, decide, deleted, job, now, with_status, world_of};
 use di_api::{DIJobStatus, Phase};
-use di_controller::desired::Settings;
-use di_controller::plan::{Action, Why, World};
-use di_controller::restarts::Mark;
+use di_core::desired::Settings;
+use di_core::plan::{Action, Why, World};
+use di_core::restarts::Mark;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -42,10 +42,10 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
     );
     let (pods, services) = world_of(&held, |name| Some(if name == "job-coordinator" { "Failed" } else { "Running" }));
     let world = common::world(&pods, &services, now());
-    let plan = di_controller::plan::finish_held(
+    let plan = di_core::plan::finish_held(
         &held,
         &world,
-        &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() },
+        &Settings { identity: di_core::desired::identity::Identity::PerJob, ..Settings::default() },
     )
     .expect("the coordinator's end is recorded");
     assert_eq!(plan.status.phase, Some(Phase::Failed));
@@ -58,10 +58,10 @@ fn a_held_job_still_records_its_coordinators_end_and_is_cleaned_up() {
     let (pods, _) = world_of(&held, |_| Some("Running"));
     let world = World { pods: pods.iter().collect(), ..world };
     assert!(
-        di_controller::plan::finish_held(
+        di_core::plan::finish_held(
             &held,
             &world,
-            &Settings { identity: di_controller::identity::Identity::PerJob, ..Settings::default() }
+            &Settings { identity: di_core::desired::identity::Identity::PerJob, ..Settings::default() }
         )
         .is_none()
     );
@@ -113,7 +113,7 @@ fn a_coordinator_that_vanished_is_counted_against_the_limit_and_shown() {
 fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
     let running_at = |at: Timestamp| {
         let mut status = DIJobStatus { phase: Some(Phase::Running), ..Default::default() };
-        di_controller::status::set_condition(&mut status.conditions, "Running", true, "CoordinatorRunning", "", at);
+        di_core::status::set_condition(&mut status.conditions, "Running", true, "CoordinatorRunning", "", at);
         let mut job = with_status(job(1, 0, json!({})), status);
         job.metadata.resource_version = Some("99".into());
         job
@@ -123,9 +123,8 @@ fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
     let counted_at = now() + SignedDuration::from_secs(5);
     let mark = Mark { service_uid: None, restarts: 1, failed_uid: "old-pod-uid".into(), restart_after: counted_at };
     let marked = coordinator_marked(&services, &mark);
-    let marks = |plan: &di_controller::plan::Plan| {
-        plan.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count()
-    };
+    let marks =
+        |plan: &di_core::plan::Plan| plan.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count();
     // Gone now, the job edited meanwhile: the same loss, not a second one.
     let gone = decide(&running_at(now()), &pods, &marked, now() + SignedDuration::from_secs(6));
     assert_eq!(marks(&gone), 0, "{:?}", gone.actions);
