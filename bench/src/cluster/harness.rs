@@ -46,7 +46,7 @@ pub async fn control_plane_with(etcd_delay: Option<Duration>) -> anyhow::Result<
     };
     // No scheduler: the simulated nodes bind pods themselves, so that what is timed is the
     // orchestrator (and the limit) alone, not kube-scheduler's queue.
-    let options = Options { etcd_delay, scheduler: false };
+    let options = Options { etcd_delay, scheduler: false, ..Options::default() };
     Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), &options).await?))
 }
 

@@ -1,6 +1,7 @@
 //! Where the control plane's binaries come from: a folder of ready binaries named by
 //! `KUBEBUILDER_ASSETS` (as envtest users provide them), else our cache, else a build from the
-//! Go modules pinned in `hack/controlplane/go.mod`, cached by version so only the first run pays.
+//! Go modules pinned in `hack/controlplane/go.mod` (and, for the coscheduling test, in
+//! `hack/coscheduling/go.mod`), cached by version so only the first run pays.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,18 +12,53 @@ use anyhow::{Context, bail};
 /// the workspace compiles against (a test keeps the two, and `hack/controlplane/go.mod`, in step).
 pub const KUBERNETES_VERSION: &str = "v1.37.2";
 
-/// Every binary built from `hack/controlplane`, each with the Go package that builds it. The first
-/// four are the control-plane tier's; the kind tier's node image takes them all.
-const BINARIES: [(&str, &str); 8] = [
-    ("etcd", "go.etcd.io/etcd/server/v3"),
-    ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
-    ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
-    ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
-    ("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy"),
-    ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
-    ("kubeadm", "k8s.io/kubernetes/cmd/kubeadm"),
-    ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
-];
+/// Binaries built from one pinned Go module of this repository, and cached together.
+#[derive(Clone, Copy, Debug)]
+pub struct Release {
+    /// The Kubernetes release stamped into them.
+    pub kubernetes: &'static str,
+    /// The Go module (a folder of the repository) that pins them.
+    pub module: &'static str,
+    /// Their folder below the cache.
+    pub cache: &'static str,
+    /// Each binary with the Go package that builds it; the first four are a control plane's:
+    /// etcd, kube-apiserver, kube-controller-manager and a kube-scheduler.
+    pub binaries: &'static [(&'static str, &'static str)],
+}
+
+/// The release every tier runs: the control-plane tier takes its first four, the kind tier's
+/// node image all of them.
+pub const MAIN: Release = Release {
+    kubernetes: KUBERNETES_VERSION,
+    module: "hack/controlplane",
+    cache: "kubernetes",
+    binaries: &[
+        ("etcd", "go.etcd.io/etcd/server/v3"),
+        ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
+        ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+        ("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler"),
+        ("kube-proxy", "k8s.io/kubernetes/cmd/kube-proxy"),
+        ("kubelet", "k8s.io/kubernetes/cmd/kubelet"),
+        ("kubeadm", "k8s.io/kubernetes/cmd/kubeadm"),
+        ("kubectl", "k8s.io/kubernetes/cmd/kubectl"),
+    ],
+};
+
+/// scheduler-plugins v0.34.7's kube-scheduler (with its Coscheduling plugin) and the control
+/// plane of the Kubernetes release it is built against, for the coscheduling test.
+pub const COSCHEDULING: Release = Release {
+    kubernetes: "v1.34.4",
+    module: "hack/coscheduling",
+    cache: "coscheduling-v0.34.7",
+    binaries: &[
+        ("etcd", "go.etcd.io/etcd/server/v3"),
+        ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver"),
+        ("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager"),
+        ("kube-scheduler", "sigs.k8s.io/scheduler-plugins/cmd/scheduler"),
+    ],
+};
+
+/// The binaries of a control plane.
 const CONTROL_PLANE: usize = 4;
 
 #[derive(Clone, Debug)]
@@ -59,25 +95,29 @@ fn is_root(dir: &Path) -> bool {
 /// same machine, CI's among them, skips the 10-minute build. `root`'s git-ignored `.cache` is
 /// the last resort, with no home to write to. kind/lib.sh names the same place.
 pub fn cache_dir(root: &Path) -> PathBuf {
+    release_dir(root, &MAIN)
+}
+
+fn release_dir(root: &Path, release: &Release) -> PathBuf {
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = env("DI_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("di-orchestrator")))
         .or_else(|| env("HOME").map(|d| d.join(".cache/di-orchestrator")))
         .unwrap_or_else(|| root.join(".cache"));
-    base.join("kubernetes").join(KUBERNETES_VERSION)
+    base.join(release.cache).join(release.kubernetes)
 }
 
 /// The version stamped into every binary, as Kubernetes' own release build does: kubeadm refuses
 /// a binary without one, and `kubectl version` cannot parse the unstamped default.
-fn version_ldflags() -> String {
+fn version_ldflags(version: &str) -> String {
     let (major, minor) = {
-        let mut parts = KUBERNETES_VERSION.trim_start_matches('v').split('.');
+        let mut parts = version.trim_start_matches('v').split('.');
         (parts.next().unwrap_or("1"), parts.next().unwrap_or("0"))
     };
     let mut flags = String::from("-s -w");
     for package in ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"] {
         for (name, value) in
-            [("gitVersion", KUBERNETES_VERSION), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")]
+            [("gitVersion", version), ("gitMajor", major), ("gitMinor", minor), ("gitTreeState", "clean")]
         {
             flags.push_str(&format!(" -X {package}.{name}={value}"));
         }
@@ -89,7 +129,16 @@ fn version_ldflags() -> String {
 /// toolchain to build them is truly missing; `Err(_)` means a build was tried and failed.
 pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
     let assets = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from);
-    let found = match find_or_build(root, &BINARIES[..CONTROL_PLANE], assets.as_deref())? {
+    obtain_release(root, &MAIN, assets.as_deref())
+}
+
+/// As [`obtain`], for `release`'s control plane.
+pub fn obtain_release(
+    root: &Path,
+    release: &Release,
+    assets: Option<&Path>,
+) -> anyhow::Result<Result<Binaries, Unavailable>> {
+    let found = match find_or_build(root, release, &release.binaries[..CONTROL_PLANE], assets)? {
         Ok(found) => found,
         Err(why) => return Ok(Err(why)),
     };
@@ -101,15 +150,16 @@ pub fn obtain(root: &Path) -> anyhow::Result<Result<Binaries, Unavailable>> {
 /// Builds (or finds) every binary of the release and returns the folder that holds them all, for
 /// the kind tier's node image.
 pub fn obtain_all(root: &Path) -> anyhow::Result<Result<PathBuf, Unavailable>> {
-    Ok(find_or_build(root, &BINARIES, None)?.map(|_| cache_dir(root)))
+    Ok(find_or_build(root, &MAIN, MAIN.binaries, None)?.map(|_| cache_dir(root)))
 }
 
 fn find_or_build(
     root: &Path,
+    release: &Release,
     wanted: &[(&str, &str)],
     assets: Option<&Path>,
 ) -> anyhow::Result<Result<Vec<PathBuf>, Unavailable>> {
-    let cache = cache_dir(root);
+    let cache = release_dir(root, release);
     let mut missing = vec![];
     let mut found = vec![];
     for &(name, package) in wanted {
@@ -131,21 +181,24 @@ fn find_or_build(
                 cache.display()
             ))));
         }
-        build(root, &cache, &missing)?;
+        build(root, release, &cache, &missing)?;
     }
     Ok(Ok(found))
 }
 
-fn build(root: &Path, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<()> {
-    let module = root.join("hack/controlplane");
+fn build(root: &Path, release: &Release, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<()> {
+    let module = root.join(release.module);
     std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
     for (name, package) in missing {
-        eprintln!("building {name} {KUBERNETES_VERSION} from Go modules (first run only; a few minutes)...");
+        eprintln!(
+            "building {name} ({} {}) from Go modules (first run only; a few minutes)...",
+            release.module, release.kubernetes
+        );
         // Build beside the target and rename, so an interrupted build never leaves half a binary.
         let partial = cache.join(format!(".{name}.partial"));
         let status = Command::new("go")
             .args(["build", "-trimpath"])
-            .arg(format!("-ldflags={}", version_ldflags()))
+            .arg(format!("-ldflags={}", version_ldflags(release.kubernetes)))
             .arg("-o")
             .arg(&partial)
             .arg(package)
@@ -160,6 +213,22 @@ fn build(root: &Path, cache: &Path, missing: &[(&str, &str)]) -> anyhow::Result<
         std::fs::rename(&partial, cache.join(name))?;
     }
     Ok(())
+}
+
+/// Where the Go module `module@version` that `release` pins lies, downloaded into Go's module
+/// cache if it is not there yet (for files of it besides its binaries, such as CRDs).
+pub fn module_dir(root: &Path, release: &Release, module: &str) -> anyhow::Result<PathBuf> {
+    let output = Command::new("go")
+        .args(["mod", "download", "-json", module])
+        .current_dir(root.join(release.module))
+        .output()
+        .with_context(|| format!("running go mod download {module}"))?;
+    if !output.status.success() {
+        bail!("go mod download {module} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let dir = answer["Dir"].as_str().with_context(|| format!("go mod download {module} named no folder"))?;
+    Ok(PathBuf::from(dir))
 }
 
 #[cfg(test)]
@@ -186,6 +255,16 @@ mod tests {
         for line in go_mod.lines().filter(|l| l.contains("=> k8s.io/")) {
             assert!(line.trim_end().ends_with(&staging), "{line} is not pinned to {staging}");
         }
+        // The coscheduling test's control plane is the release its scheduler is built against.
+        let cosched = std::fs::read_to_string(root.join(COSCHEDULING.module).join("go.mod")).unwrap();
+        let pinned = format!("k8s.io/kubernetes => k8s.io/kubernetes {}", COSCHEDULING.kubernetes);
+        assert!(cosched.lines().any(|l| l.trim() == pinned), "{} must pin {pinned}", COSCHEDULING.module);
+        let plugins = COSCHEDULING.cache.trim_start_matches("coscheduling-");
+        assert!(
+            cosched.lines().any(|l| l.trim() == format!("sigs.k8s.io/scheduler-plugins {plugins}")),
+            "{} must require scheduler-plugins {plugins}",
+            COSCHEDULING.module
+        );
         // The kind tier builds its node image from the same release.
         let kind = std::fs::read_to_string(root.join("kind/lib.sh")).unwrap();
         assert!(

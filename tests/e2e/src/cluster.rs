@@ -53,17 +53,22 @@ impl TestCluster {
 
     /// Applies the CRDs generated from pkg/api and waits until the API server serves them.
     pub async fn install_crds(&self) {
-        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for (file, yaml) in di_api::crd::crd_files() {
-            let crd: CustomResourceDefinition = serde_yaml::from_str(&yaml).expect("generated CRD parses");
-            let name = crd.metadata.name.clone().expect("CRD has a name");
-            crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-                .await
-                .unwrap_or_else(|e| panic!("applying {file}: {e}"));
-            di_client::wait::until(&crds, &name, Duration::from_secs(30), conditions::is_crd_established())
-                .await
-                .unwrap_or_else(|e| panic!("waiting for {name} to be established: {:#}", anyhow::Error::from(e)));
+            self.install_crd(file, &yaml).await;
         }
+    }
+
+    /// Applies the CRD `yaml` (read from `file`) and waits until it is established.
+    pub async fn install_crd(&self, file: &str, yaml: &str) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let crd: CustomResourceDefinition = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let name = crd.metadata.name.clone().expect("CRD has a name");
+        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+        di_client::wait::until(&crds, &name, Duration::from_secs(30), conditions::is_crd_established())
+            .await
+            .unwrap_or_else(|e| panic!("waiting for {name} to be established: {:#}", anyhow::Error::from(e)));
     }
 
     /// Server-side applies every document of a manifest file (path from the repository root).

@@ -26,7 +26,9 @@ use crate::certs;
 /// release of a PodGroup's protection once no pod uses it (without it no PodGroup, and so no
 /// job deleted in the foreground, ever goes).
 const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,\
-                           persistentvolume-binder,podgroup-protection-controller";
+                           persistentvolume-binder";
+/// Releases a PodGroup's protection once no pod uses it; with the workload API only.
+const WORKLOAD_CONTROLLERS: &str = "podgroup-protection-controller";
 
 /// Kubernetes 1.37's gang scheduling (`scheduling.k8s.io/v1beta1` PodGroups and the scheduler's
 /// GangScheduling plugin) is beta and off by default: every component must have the gate.
@@ -39,13 +41,17 @@ pub struct Options {
     /// `--unsafe-no-fsync` here otherwise leaves out.
     pub etcd_delay: Option<Duration>,
     /// Whether kube-scheduler binds pods. Without it, nothing binds them but a caller that does
-    /// (the bench's simulated nodes bind their own, to measure the orchestrator alone).
+    /// (the bench's simulated nodes bind their own, to measure the orchestrator alone, and the
+    /// coscheduling test runs its own scheduler).
     pub scheduler: bool,
+    /// Kubernetes 1.37's workload API (`GenericWorkload`: PodGroups, gang scheduling); off for a
+    /// release that has no such gate.
+    pub workload_api: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { etcd_delay: None, scheduler: true }
+        Options { etcd_delay: None, scheduler: true, workload_api: true }
     }
 }
 
@@ -72,6 +78,11 @@ impl ControlPlane {
     /// As [`ControlPlane::start`], as `options` say.
     pub async fn start_with(binaries: &Binaries, runs: &Path, options: &Options) -> anyhow::Result<Self> {
         let etcd_delay = options.etcd_delay;
+        let gates: Vec<String> = options.workload_api.then(|| FEATURE_GATES.to_string()).into_iter().collect();
+        let controllers = match options.workload_api {
+            true => format!("{CONTROLLERS},{WORKLOAD_CONTROLLERS}"),
+            false => CONTROLLERS.to_string(),
+        };
         reap_stale(runs);
         let dir = runs.join(std::process::id().to_string());
         if dir.exists() {
@@ -138,10 +149,12 @@ impl ControlPlane {
                 // A loopback address cannot be the endpoint of the `kubernetes` Service.
                 "--endpoint-reconciler-type=none".into(),
                 "--allow-privileged=true".into(),
-                FEATURE_GATES.into(),
-                "--runtime-config=scheduling.k8s.io/v1beta1=true".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(gates.iter().cloned())
+            .chain(options.workload_api.then(|| "--runtime-config=scheduling.k8s.io/v1beta1=true".into()))
+            .collect::<Vec<String>>(),
         )?;
         plane.wait_ready().await.context("kube-apiserver did not become ready")?;
 
@@ -153,12 +166,14 @@ impl ControlPlane {
                 "--bind-address=127.0.0.1".into(),
                 "--secure-port=0".into(),
                 "--leader-elect=false".into(),
-                format!("--controllers={CONTROLLERS}"),
+                format!("--controllers={controllers}"),
                 format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
                 format!("--root-ca-file={}", pki.ca_cert.display()),
-                FEATURE_GATES.into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(gates.iter().cloned())
+            .collect::<Vec<String>>(),
         )?;
         plane.wait_default_service_account().await.context("kube-controller-manager did not create ServiceAccounts")?;
         if options.scheduler {
@@ -170,9 +185,11 @@ impl ControlPlane {
                     format!("--config={}", config.display()),
                     // Nothing here asks for its health or metrics.
                     "--secure-port=0".into(),
-                    FEATURE_GATES.into(),
                     "--v=1".into(),
-                ],
+                ]
+                .into_iter()
+                .chain(gates.iter().cloned())
+                .collect::<Vec<String>>(),
             )?;
             crate::capacity::register(&plane.client().await?, &crate::capacity::NodeShape::default())
                 .await
@@ -201,6 +218,13 @@ impl ControlPlane {
         self.children.clear();
         kill_processes_of(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Starts another process beside the control plane (a scheduler of a test's own), logged and
+    /// stopped with it.
+    pub fn run_beside(&mut self, name: &'static str, binary: &Path, args: &[String]) -> anyhow::Result<()> {
+        self.spawn(name, binary, args)?;
+        self.check_alive()
     }
 
     fn spawn(&mut self, name: &'static str, binary: &Path, args: &[String]) -> anyhow::Result<()> {

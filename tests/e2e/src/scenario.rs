@@ -37,6 +37,11 @@ impl Scenario {
     pub async fn with_args(hint: &str, args: &[&str]) -> Scenario {
         // Boxed: the setup's future is large, and test threads have small stacks.
         let cluster = Box::pin(connect()).await;
+        Box::pin(Self::on(cluster, hint, args)).await
+    }
+
+    /// A scenario on `cluster` (a control plane a test started itself), as [`Scenario::with_args`].
+    pub async fn on(cluster: TestCluster, hint: &str, args: &[&str]) -> Scenario {
         Box::pin(cluster.install_crds()).await;
         let ns = Box::pin(cluster.namespace(hint)).await;
         let nodes = Nodes::start(cluster.client.clone(), &ns);

@@ -6,11 +6,13 @@
 use std::time::Duration;
 
 use di_api::{DIJob, DIJobCondition, Phase};
+use di_e2e::binaries::{self, Unavailable};
 use di_e2e::capacity::{self, GPU, NodeShape};
-use di_e2e::cluster::within;
+use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
+use di_e2e::controlplane::{ControlPlane, Options};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
@@ -121,40 +123,42 @@ fn bound(pods: &[Pod]) -> Vec<String> {
 async fn a_gang_that_does_not_fit_holds_no_gpu_until_the_one_running_ends() {
     let s = Scenario::new("gangs").await;
     let pool = GpuPool::new(&s, 2, 4).await;
+    one_gang_at_a_time(&s, "minCount (6)").await;
+    pool.release().await;
+}
 
-    submit_gpu_tasks(&s, "first", 6).await;
+/// Two gangs of six one-GPU pods on eight GPUs: the first runs whole; the second holds no GPU,
+/// says it waits in the scheduler's words (which contain `says`) until the first ends, then runs.
+async fn one_gang_at_a_time(s: &Scenario, says: &str) {
+    submit_gpu_tasks(s, "first", 6).await;
     s.wait_phase("first", Phase::Running).await;
-    assert_eq!(bound(&pods_of(&s, "first").await).len(), 6);
+    assert_eq!(bound(&pods_of(s, "first").await).len(), 6);
 
     // Two of the eight GPUs are free: without a gang, two of its pods would take them.
-    submit_gpu_tasks(&s, "second", 6).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < deadline {
-        let pods = pods_of(&s, "second").await;
-        assert_eq!(bound(&pods), Vec::<String>::new(), "a part of the second gang was placed");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(pods_of(&s, "second").await.len(), 6, "its pods exist, waiting to be placed whole");
+    submit_gpu_tasks(s, "second", 6).await;
+    none_bound_for(s, "second", 5).await;
+    assert_eq!(pods_of(s, "second").await.len(), 6, "its pods exist, waiting to be placed whole");
     // The job says it waits, and why: the scheduler's word on its gang.
-    let waiting = |job: Option<&DIJob>| condition(job, WAITING).is_some_and(|c| c.status == "True");
-    let job = within(WAIT, "the second job to say it waits", await_condition(s.jobs.clone(), "second", waiting))
-        .await
-        .unwrap();
-    let said = condition(job.as_ref(), WAITING).unwrap().message.clone().unwrap_or_default();
-    assert!(said.contains("pod(s) cannot be placed yet; second-worker-") && said.contains("minCount (6)"), "{said}");
+    wait_waiting(s, "second").await;
+    let job = s.jobs.get("second").await.unwrap();
+    let said = condition(Some(&job), WAITING).unwrap().message.clone().unwrap_or_default();
+    assert!(said.contains("pod(s) cannot be placed yet; second-worker-") && said.contains(says), "{said}");
 
     for i in 0..6 {
         s.nodes.exit(&s.ns, &format!("first-worker-{i}"), 0).await;
     }
     s.wait_phase("first", Phase::Succeeded).await;
     let job = s.wait_phase("second", Phase::Running).await;
-    assert_eq!(bound(&pods_of(&s, "second").await).len(), 6);
+    assert_eq!(bound(&pods_of(s, "second").await).len(), 6);
     let placed = condition(Some(&job), WAITING).expect("the condition stays, cleared");
     assert_eq!((placed.status.as_str(), placed.reason.as_deref()), ("False", Some("Placed")));
-    let events = s.cluster.kubectl(&["get", "events", "-n", &s.ns, "--field-selector", "reason=WaitingForCapacity"]);
-    let events = String::from_utf8_lossy(&events.unwrap().stdout).into_owned();
-    assert!(events.contains("dijob/second") && events.contains("minCount (6)"), "{events}");
-    pool.release().await;
+    let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &s.ns);
+    let told = events.list(&ListParams::default()).await.unwrap().items.into_iter().any(|e| {
+        e.reason.as_deref() == Some(WAITING)
+            && e.involved_object.name.as_deref() == Some("second")
+            && e.message.as_deref().is_some_and(|m| m.contains(says))
+    });
+    assert!(told, "no {WAITING} event on the second job that says {says:?}");
 }
 
 /// Polls for `secs` seconds that none of `job`'s pods is bound, the pods existing.
@@ -244,4 +248,59 @@ async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
     assert!(!placed.iter().any(|p| p.contains("aggregator") || p.contains("ddp-learner")), "{placed:?}");
     assert!(placed.iter().any(|p| p.ends_with("-coordinator")), "{placed:?}");
     pool.release().await;
+}
+
+/// scheduler-plugins' kube-scheduler with only its Coscheduling plugin added, under the name the
+/// orchestrator gives gang pods by default (`--gang-scheduler-name`).
+fn coscheduling_config(kubeconfig: &std::path::Path) -> String {
+    let config = json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": false},
+        "clientConnection": {"kubeconfig": kubeconfig, "qps": 1000, "burst": 2000},
+        "profiles": [{
+            "schedulerName": "scheduler-plugins-scheduler",
+            "plugins": {
+                "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+                "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+            },
+            "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": 10}}],
+        }],
+    });
+    serde_yaml::to_string(&config).expect("a JSON value is YAML")
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn coscheduling_places_a_gang_whole_with_its_own_scheduler() {
+    if real_nodes() {
+        not_applicable("coscheduling runs on a control plane of its own, which the test starts");
+        return;
+    }
+    // Kubernetes 1.34, the release scheduler-plugins v0.34.7 is built against, without its
+    // default scheduler: the coscheduling one places the gang pods.
+    let root = binaries::repo_root();
+    let binaries = match binaries::obtain_release(&root, &binaries::COSCHEDULING, None).unwrap() {
+        Ok(binaries) => binaries,
+        Err(Unavailable(why)) => return skip(&format!("coscheduling needs scheduler-plugins' scheduler: {why}")),
+    };
+    let options = Options { scheduler: false, workload_api: false, ..Options::default() };
+    let runs = root.join(".cache/controlplane/runs");
+    let mut plane = Box::pin(ControlPlane::start_with(&binaries, &runs, &options)).await.unwrap();
+    let config = plane.dir.join("coscheduling.yaml");
+    std::fs::write(&config, coscheduling_config(&plane.kubeconfig)).unwrap();
+    let args = [format!("--config={}", config.display()), "--secure-port=0".into(), "--v=1".into()];
+    plane.run_beside("scheduler-plugins", &binaries.kube_scheduler, &args).unwrap();
+
+    let cluster = TestCluster { client: plane.client().await.unwrap(), kubeconfig: plane.kubeconfig.clone() };
+    let module = binaries::module_dir(&root, &binaries::COSCHEDULING, "sigs.k8s.io/scheduler-plugins@v0.34.7").unwrap();
+    let crd = module.join("manifests/coscheduling/crd.yaml");
+    cluster.install_crd(&crd.display().to_string(), &std::fs::read_to_string(&crd).unwrap()).await;
+    let s = Box::pin(Scenario::on(cluster, "cosched", &["--gang-scheduler=coscheduling"])).await;
+    let pool = GpuPool::new(&s, 2, 4).await;
+    // Coscheduling's own words: its PostFilter rejects the whole group.
+    one_gang_at_a_time(&s, &format!("PodGroup {}/second gets rejected", s.ns)).await;
+    pool.release().await;
+    drop(s);
+    plane.stop().await;
 }
