@@ -122,6 +122,13 @@ fn decide_with(job: &DIJob, pods: &[Pod], backend: Backend) -> Plan {
     plan(job, &world, &settings, common::BACKOFF).unwrap()
 }
 
+/// Every pod `job` wants, running (its learners built four GPUs to a pod).
+fn running(job: &DIJob) -> Vec<Pod> {
+    let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
+    let replicas = desired::replicas(job, Some(&agconfig()), &settings).unwrap();
+    replicas.iter().map(|r| common::observed(r.pod.clone(), "Running")).collect()
+}
+
 fn applied(actions: &[Action]) -> Vec<(String, u32)> {
     actions
         .iter()
@@ -164,21 +171,15 @@ fn a_pass_applies_each_gangs_pod_group_before_creating_its_pods() {
 #[test]
 fn a_pass_that_creates_no_gang_pod_applies_nothing() {
     let job = job(0, 1, json!({"learner": {"gpus": 8}}));
-    let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
-    let replicas = desired::replicas(&job, Some(&agconfig()), &settings).unwrap();
-    let pods: Vec<Pod> = replicas.iter().map(|r| common::observed(r.pod.clone(), "Running")).collect();
-    let plan = decide_with(&job, &pods, Backend::Native);
+    let plan = decide_with(&job, &running(&job), Backend::Native);
     assert_eq!(plan.actions.iter().filter(|a| matches!(a, Action::ApplyPodGroup(_))).count(), 0, "{:?}", plan.actions);
 }
 
 #[test]
 fn a_logic_learner_scaled_away_takes_its_pod_group() {
     let before = job(0, 2, json!({"learner": {"gpus": 8}}));
-    let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
-    let replicas = desired::replicas(&before, Some(&agconfig()), &settings).unwrap();
-    let pods: Vec<Pod> = replicas.iter().map(|r| common::observed(r.pod.clone(), "Running")).collect();
     let after = job(0, 1, json!({"learner": {"gpus": 8}}));
-    let plan = decide_with(&after, &pods, Backend::Native);
+    let plan = decide_with(&after, &running(&before), Backend::Native);
     let gone: Vec<&Action> = plan.actions.iter().filter(|a| matches!(a, Action::DeletePodGroup { .. })).collect();
     assert_eq!(gone, [&Action::DeletePodGroup { name: "job-learner-1".into() }]);
 }
