@@ -48,6 +48,7 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
 /// The phase, and what it waits for when the scheduler cannot place its pods (`Created
 /// (WaitingForCapacity)`), as kubectl shows a pod's reason in place of its phase.
 fn phase(job: &DIJob) -> String {
+    use di_core::status::WAITING_FOR_CAPACITY as WAITING;
     let phase = job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"));
     let waiting = job.status.iter().flat_map(|s| &s.conditions).find(|c| c.type_ == WAITING && c.status == "True");
     match waiting {
@@ -55,9 +56,6 @@ fn phase(job: &DIJob) -> String {
         None => phase,
     }
 }
-
-/// The condition of a job whose pods the scheduler cannot place (the reconciler's).
-const WAITING: &str = "WaitingForCapacity";
 
 /// Ready and wanted pods, `ready/wanted`; before any status, what the spec asks for.
 fn ready(job: &DIJob) -> String {

@@ -143,18 +143,6 @@ pub fn pod_group(
     }))
 }
 
-/// The minimum a PodGroup of `backend` asks for, read back from `object` (what a pass compares
-/// with the gang's, to scale the PodGroup with its job).
-pub fn min_count_of(object: &Value, backend: &Backend) -> Option<u32> {
-    let spec = object.get("spec")?;
-    let value = match backend {
-        Backend::None => return None,
-        Backend::Native => spec.pointer("/schedulingPolicy/gang/minCount")?,
-        Backend::Coscheduling { .. } | Backend::Volcano { .. } => spec.get("minMember")?,
-    };
-    value.as_u64().map(|n| n as u32)
-}
-
 /// The PodGroup kind of `backend`, for a dynamic client; none without gangs.
 pub fn api_resource(backend: &Backend) -> Option<kube::core::ApiResource> {
     let api_version = backend.api_version()?;
