@@ -4,7 +4,6 @@
 //! the deployed orchestrator away from every other scenario.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use di_api::Phase;
 use di_e2e::cluster::within;
@@ -13,6 +12,7 @@ use di_e2e::scenario::{Scenario, WAIT};
 use futures::StreamExt;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::await_condition;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -61,15 +61,9 @@ async fn an_orchestrator_killed_mid_gang_leaves_one_pod_group_and_nothing_after_
     }
 
     s.jobs.delete("mesh", &DeleteParams::foreground()).await.unwrap();
-    let gone = async {
-        loop {
-            let pods = s.pods.list(&ListParams::default()).await.unwrap().items.len();
-            let groups = groups.list(&ListParams::default()).await.unwrap().items.len();
-            if pods == 0 && groups == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    };
-    within(WAIT, "the job's pods and PodGroup to be gone", gone).await;
+    // Deleted in the foreground, the job goes only after every object that blocks its deletion.
+    let job_gone = await_condition(s.jobs.clone(), "mesh", |job: Option<&di_api::DIJob>| job.is_none());
+    within(WAIT, "the job to be gone", job_gone).await.unwrap();
+    assert_eq!(s.pods.list(&ListParams::default()).await.unwrap().items.len(), 0, "pods left");
+    assert_eq!(groups.list(&ListParams::default()).await.unwrap().items.len(), 0, "PodGroups left");
 }

@@ -224,24 +224,11 @@ async fn collectors_scale_while_the_learners_gang_waits_for_gpus() {
 
     let scaled = json!({"spec": {"collector": {"replicas": 5}}});
     s.jobs.patch("roles", &PatchParams::default(), &Patch::Merge(&scaled)).await.unwrap();
-    let running = |n: usize| {
-        move |pods: &[Pod]| {
-            pods.iter()
-                .filter(|p| p.name_any().contains("-collector-"))
-                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-                .count()
-                == n
-        }
+    // The job counts its ready collectors: all five run though the learners' gang waits.
+    let five_ready = |job: Option<&DIJob>| {
+        job.and_then(|j| j.status.as_ref()).and_then(|st| st.collectors.as_deref()) == Some("5/5")
     };
-    let collectors_run = async {
-        loop {
-            if running(5)(&pods_of(&s, "roles").await) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
-    within(WAIT, "five collectors running", collectors_run).await;
+    within(WAIT, "five collectors running", await_condition(s.jobs.clone(), "roles", five_ready)).await.unwrap();
     // The gang's aggregator needs no GPU, yet is not placed apart from its DDP learner.
     let pods = pods_of(&s, "roles").await;
     let placed = bound(&pods);
