@@ -78,7 +78,7 @@ impl ControlPlane {
     /// As [`ControlPlane::start`], as `options` say.
     pub async fn start_with(binaries: &Binaries, runs: &Path, options: &Options) -> anyhow::Result<Self> {
         let etcd_delay = options.etcd_delay;
-        let gates: Vec<String> = options.workload_api.then(|| FEATURE_GATES.to_string()).into_iter().collect();
+        let gates = workload_api_only(options, FEATURE_GATES);
         let controllers = match options.workload_api {
             true => format!("{CONTROLLERS},{WORKLOAD_CONTROLLERS}"),
             false => CONTROLLERS.to_string(),
@@ -130,31 +130,32 @@ impl ControlPlane {
             "kube-apiserver",
             &binaries.kube_apiserver,
             &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", dir.join("apiserver").display()),
-                format!("--tls-cert-file={}", pki.serving_cert.display()),
-                format!("--tls-private-key-file={}", pki.serving_key.display()),
-                format!("--client-ca-file={}", pki.ca_cert.display()),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", pki.sa_public_key.display()),
-                format!("--service-account-signing-key-file={}", pki.sa_private_key.display()),
-                "--service-cluster-ip-range=10.96.0.0/16".into(),
-                "--authorization-mode=RBAC".into(),
-                // Besides the default plugins (PodSecurity among them), OpenShift's check that
-                // whoever sets blockOwnerDeletion on a reference may update the owner's finalizers.
-                "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
-                // A loopback address cannot be the endpoint of the `kubernetes` Service.
-                "--endpoint-reconciler-type=none".into(),
-                "--allow-privileged=true".into(),
-                "--v=1".into(),
+                vec![
+                    format!("--etcd-servers={etcd_url}"),
+                    "--bind-address=127.0.0.1".into(),
+                    "--advertise-address=127.0.0.1".into(),
+                    format!("--secure-port={api_port}"),
+                    format!("--cert-dir={}", dir.join("apiserver").display()),
+                    format!("--tls-cert-file={}", pki.serving_cert.display()),
+                    format!("--tls-private-key-file={}", pki.serving_key.display()),
+                    format!("--client-ca-file={}", pki.ca_cert.display()),
+                    "--service-account-issuer=https://kubernetes.default.svc".into(),
+                    format!("--service-account-key-file={}", pki.sa_public_key.display()),
+                    format!("--service-account-signing-key-file={}", pki.sa_private_key.display()),
+                    "--service-cluster-ip-range=10.96.0.0/16".into(),
+                    "--authorization-mode=RBAC".into(),
+                    // Besides the default plugins (PodSecurity among them), OpenShift's check that
+                    // whoever sets blockOwnerDeletion on a reference may update the owner's finalizers.
+                    "--enable-admission-plugins=OwnerReferencesPermissionEnforcement".into(),
+                    // A loopback address cannot be the endpoint of the `kubernetes` Service.
+                    "--endpoint-reconciler-type=none".into(),
+                    "--allow-privileged=true".into(),
+                    "--v=1".into(),
+                ],
+                gates.clone(),
+                workload_api_only(options, "--runtime-config=scheduling.k8s.io/v1beta1=true"),
             ]
-            .into_iter()
-            .chain(gates.iter().cloned())
-            .chain(options.workload_api.then(|| "--runtime-config=scheduling.k8s.io/v1beta1=true".into()))
-            .collect::<Vec<String>>(),
+            .concat(),
         )?;
         plane.wait_ready().await.context("kube-apiserver did not become ready")?;
 
@@ -162,18 +163,19 @@ impl ControlPlane {
             "kube-controller-manager",
             &binaries.kube_controller_manager,
             &[
-                format!("--kubeconfig={}", plane.kubeconfig.display()),
-                "--bind-address=127.0.0.1".into(),
-                "--secure-port=0".into(),
-                "--leader-elect=false".into(),
-                format!("--controllers={controllers}"),
-                format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
-                format!("--root-ca-file={}", pki.ca_cert.display()),
-                "--v=1".into(),
+                vec![
+                    format!("--kubeconfig={}", plane.kubeconfig.display()),
+                    "--bind-address=127.0.0.1".into(),
+                    "--secure-port=0".into(),
+                    "--leader-elect=false".into(),
+                    format!("--controllers={controllers}"),
+                    format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
+                    format!("--root-ca-file={}", pki.ca_cert.display()),
+                    "--v=1".into(),
+                ],
+                gates.clone(),
             ]
-            .into_iter()
-            .chain(gates.iter().cloned())
-            .collect::<Vec<String>>(),
+            .concat(),
         )?;
         plane.wait_default_service_account().await.context("kube-controller-manager did not create ServiceAccounts")?;
         if options.scheduler {
@@ -182,14 +184,15 @@ impl ControlPlane {
                 "kube-scheduler",
                 &binaries.kube_scheduler,
                 &[
-                    format!("--config={}", config.display()),
-                    // Nothing here asks for its health or metrics.
-                    "--secure-port=0".into(),
-                    "--v=1".into(),
+                    vec![
+                        format!("--config={}", config.display()),
+                        // Nothing here asks for its health or metrics.
+                        "--secure-port=0".into(),
+                        "--v=1".into(),
+                    ],
+                    gates.clone(),
                 ]
-                .into_iter()
-                .chain(gates.iter().cloned())
-                .collect::<Vec<String>>(),
+                .concat(),
             )?;
             crate::capacity::register(&plane.client().await?, &crate::capacity::NodeShape::default())
                 .await
@@ -281,6 +284,11 @@ impl ControlPlane {
         }
         bail!("no default ServiceAccount after 90s")
     }
+}
+
+/// `flag`, when the control plane has the workload API; nothing otherwise.
+fn workload_api_only(options: &Options, flag: &str) -> Vec<String> {
+    options.workload_api.then(|| flag.to_string()).into_iter().collect()
 }
 
 /// kube-scheduler's configuration: the admin kubeconfig, no leader election (it runs alone), and
