@@ -276,7 +276,15 @@ async fn coscheduling_places_a_gang_whole_with_its_own_scheduler() {
     let mut plane = Box::pin(ControlPlane::start_with(&binaries, &runs, &options)).await.unwrap();
     let config = plane.dir.join("coscheduling.yaml");
     std::fs::write(&config, coscheduling_config(&plane.kubeconfig)).unwrap();
-    let args = [format!("--config={}", config.display()), "--secure-port=0".into(), "--v=1".into()];
+    // Coscheduling requeues the pods it rejected only when a pod is added or a PodGroup changes,
+    // not when a sibling job's pods end: they wait for the scheduler's flush of unschedulable
+    // pods, 5 minutes by default, shortened here so the scenario does not wait it out.
+    let args = [
+        format!("--config={}", config.display()),
+        "--pod-max-in-unschedulable-pods-duration=5s".into(),
+        "--secure-port=0".into(),
+        "--v=1".into(),
+    ];
     plane.run_beside("scheduler-plugins", &binaries.kube_scheduler, &args).unwrap();
 
     let cluster = TestCluster { client: plane.client().await.unwrap(), kubeconfig: plane.kubeconfig.clone() };
