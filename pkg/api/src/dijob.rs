@@ -33,6 +33,13 @@ use crate::task::{JobRestartPolicy, Priority, TaskSpec};
     shortname = "dijob",
     category = "di",
     status = "DIJobStatus",
+    // `kubectl scale dijob X --replicas N` and autoscalers (HPA, KEDA) set a role job's
+    // collectors; the status gives them the collectors there are and the pods' selector.
+    scale(
+        spec_replicas_path = ".spec.collector.replicas",
+        status_replicas_path = ".status.collectorReplicas",
+        label_selector_path = ".status.collectorSelector"
+    ),
     derive = "PartialEq",
     derive = "Default",
     doc = "A distributed reinforcement-learning job of DI-engine: a coordinator, collectors and learners, or a list of tasks.",
@@ -68,6 +75,15 @@ use crate::task::{JobRestartPolicy, Priority, TaskSpec};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+// The scale subresource writes `spec.collector.replicas` without the webhooks, which see only
+// whole DIJobs: this rule, which the API server checks on every write, keeps it from giving
+// collectors to a job that has no collector template (a task job, a serial job).
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.collector) || has(self.collector.template)",
+    "fieldPath": ".collector",
+    "message": "spec.collector.replicas needs spec.collector.template: only a role job with collectors can be scaled \
+                (kubectl scale, an autoscaler); scale a task job through spec.tasks[].replicas"
+}]))]
 pub struct DIJobSpec {
     /// A free-form name for a collection of DIJobs (kept from DI-orchestrator 0.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -224,6 +240,16 @@ pub struct DIJobStatus {
     /// Ready and desired collectors as `ready/desired`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collectors: Option<String>,
+
+    /// Role jobs with collectors: the collectors there are (pending or running, not
+    /// terminating), for the scale subresource that `kubectl scale` and autoscalers read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_replicas: Option<i32>,
+
+    /// Role jobs with collectors: the label selector of the job's collector pods, for the scale
+    /// subresource (an HPA finds the pods whose metrics it averages by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector_selector: Option<String>,
 
     /// Ready and desired logic learners as `ready/desired`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

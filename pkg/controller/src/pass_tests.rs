@@ -195,6 +195,7 @@ async fn a_reconcile_after_a_crash_creates_nothing_twice() {
             "replicaStatus": {"Coordinator": {"active": 1}, "Collector": {"active": 3}},
             "observedGeneration": 1,
             "collectors": "3/3",
+            "collectorReplicas": 3, "collectorSelector": "dijob-name=job,replica-type=collector",
             "replicas": 4, "readyReplicas": 4, "restarts": 0,
             "coordinatorUID": "uid-job-coordinator",
         }))

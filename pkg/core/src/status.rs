@@ -5,7 +5,7 @@ mod tasks;
 
 use std::collections::BTreeMap;
 
-use di_api::contract::Role;
+use di_api::contract::{Role, labels};
 use di_api::pod::index_of;
 use di_api::{DIJob, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
@@ -240,6 +240,11 @@ fn role_counts(status: &mut DIJobStatus, job: &DIJob, pods: &[&Pod]) {
     status.replica_status = replica_status;
     status.collectors =
         job.spec.collector.as_ref().map(|_| format!("{}/{}", ready_collectors(pods), job.spec.collector_replicas()));
+    if job.spec.collector.is_some() {
+        let collectors = pods.iter().filter(|p| role_of(p) == Some(Role::Collector) && is_active(p)).count();
+        status.collector_replicas = Some(collectors as i32);
+        status.collector_selector = Some(collector_selector(&job.name_any()));
+    }
     status.learners =
         job.spec.learner.as_ref().map(|_| format!("{}/{}", ready_learners(pods), job.spec.learner_replicas()));
     status.ready_replicas = Some(pods.iter().filter(|p| is_ready(p)).count() as i32);
@@ -247,6 +252,11 @@ fn role_counts(status: &mut DIJobStatus, job: &DIJob, pods: &[&Pod]) {
     // nor a predecessor's of the same name (it is no pod of this job).
     let current = pods.iter().find(|p| role_of(p) == Some(Role::Coordinator) && !is_terminating(p));
     status.coordinator_uid = current.and_then(|p| p.metadata.uid.clone());
+}
+
+/// The label selector of job `name`'s collector pods, as the scale subresource gives it.
+pub fn collector_selector(name: &str) -> String {
+    format!("{}={name},{}={}", labels::JOB_NAME, labels::REPLICA_TYPE, Role::Collector.label())
 }
 
 fn ready_collectors(pods: &[&Pod]) -> usize {

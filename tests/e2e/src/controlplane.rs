@@ -24,9 +24,10 @@ use crate::certs;
 /// default ServiceAccount (and its token and CA bundle) that pods need, the binding of claims to
 /// the volumes a scenario provides (the scheduler places no pod whose claim is unbound), and the
 /// release of a PodGroup's protection once no pod uses it (without it no PodGroup, and so no
-/// job deleted in the foreground, ever goes).
+/// job deleted in the foreground, ever goes), and the HorizontalPodAutoscaler that scales a
+/// DIJob's collectors through its scale subresource.
 const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,\
-                           persistentvolume-binder";
+                           persistentvolume-binder,horizontalpodautoscaling";
 /// Releases a PodGroup's protection once no pod uses it; with the workload API only.
 const WORKLOAD_CONTROLLERS: &str = "podgroup-protection-controller";
 
@@ -169,6 +170,8 @@ impl ControlPlane {
                     "--secure-port=0".into(),
                     "--leader-elect=false".into(),
                     format!("--controllers={controllers}"),
+                    // An HPA is looked at every second, not every 15: its test waits less.
+                    "--horizontal-pod-autoscaler-sync-period=1s".into(),
                     format!("--service-account-private-key-file={}", pki.sa_private_key.display()),
                     format!("--root-ca-file={}", pki.ca_cert.display()),
                     "--v=1".into(),
