@@ -7,7 +7,8 @@
 //!
 //! Cluster: the orchestrator on the local control plane with simulated nodes (see `cluster`):
 //! time to running against the limit (the least any operator must do for a job, as fast as the
-//! API server allows), with and without production's latency, over several invocations; API
+//! API server allows), with and without production's latency, and for gang jobs placed by a real
+//! kube-scheduler, over several invocations; API
 //! requests and status writes per job, where the orchestrator waited on the API server, a perf
 //! profile of the largest multi-job size, the replica endpoint against the reconciler alone and
 //! its memory at 1,000 collectors, the orchestrator's memory and CPU idle, with 1,000 jobs and

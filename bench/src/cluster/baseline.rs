@@ -28,7 +28,7 @@ use super::harness::{
 };
 
 /// Windows the sweep tries (those above a run's object count are the same as all at once).
-const WINDOWS: [usize; 4] = [4, 16, 64, 256];
+pub(super) const WINDOWS: [usize; 4] = [4, 16, 64, 256];
 
 impl Bench {
     /// The baseline's time to running for `m` jobs of `n` collectors with a window of
@@ -61,7 +61,8 @@ impl Bench {
             all.iter().filter(|j| job_running(j, &want)).count() == m
         })
         .await?;
-        let writer = self.status_writer(prefix, m, n).await?;
+        let status = json!({"status": {"phase": "Running", "collectors": all_ready(n)}});
+        let writer = self.status_writer(prefix, m, n + 1, status).await?;
         self.namespace_identity().await?;
         let (submitters, window) = (Arc::new(Semaphore::new(SUBMITTERS)), Arc::new(Semaphore::new(concurrency)));
         let start = Instant::now();
@@ -101,17 +102,18 @@ impl Bench {
         }
     }
 
-    /// Once its watch is established, a task that writes each job's status once, when it sees
-    /// every pod of the job running, and ends when all `m` are written.
-    async fn status_writer(
+    /// Once its watch is established, a task that writes `status` to each of the run's `m` jobs
+    /// once, when it sees all `pods` of the job running, and ends when all are written.
+    pub(super) async fn status_writer(
         &self,
         prefix: &str,
         m: usize,
-        n: usize,
+        pods: usize,
+        status: serde_json::Value,
     ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
+        let watched: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let jobs: Api<DIJob> = Api::namespaced(self.base_client.clone(), &self.base_ns);
-        let mut events = watcher(pods, watcher::Config::default().labels(&format!("{RUN_LABEL}={prefix}"))).boxed();
+        let mut events = watcher(watched, watcher::Config::default().labels(&format!("{RUN_LABEL}={prefix}"))).boxed();
         // The first event is the initial list's start: from then on, nothing is missed.
         events.next().await.context("watch ended")??;
         Ok(tokio::spawn(async move {
@@ -124,9 +126,8 @@ impl Bench {
                 };
                 let Some(job) = pod.labels().get(labels::JOB_NAME).filter(|_| pod_running(&pod)) else { continue };
                 let seen = running.entry(job.clone()).or_default();
-                if seen.insert(pod.name_any()) && seen.len() == n + 1 {
-                    let (jobs, job) = (jobs.clone(), job.clone());
-                    let status = json!({"status": {"phase": "Running", "collectors": all_ready(n)}});
+                if seen.insert(pod.name_any()) && seen.len() == pods {
+                    let (jobs, job, status) = (jobs.clone(), job.clone(), status.clone());
                     writes.spawn(async move {
                         jobs.patch_status(&job, &PatchParams::default(), &Patch::Merge(status)).await
                     });

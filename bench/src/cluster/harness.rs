@@ -29,13 +29,21 @@ pub const RUN_LABEL: &str = "di-bench/run";
 /// Users submitting jobs at once.
 pub const SUBMITTERS: usize = 64;
 
-/// The local control plane, or `None` (and why, on stderr) when this machine cannot run one.
+/// The local control plane without a scheduler, or `None` (and why, on stderr) when this machine
+/// cannot run one. The simulated nodes bind pods themselves, so that what is timed is the
+/// orchestrator (and the limit) alone, not kube-scheduler's queue.
 pub async fn control_plane() -> anyhow::Result<Option<ControlPlane>> {
-    control_plane_with(None).await
+    control_plane_with(unscheduled(None)).await
 }
 
-/// As [`control_plane`], with etcd's answers `etcd_delay` late when given.
-pub async fn control_plane_with(etcd_delay: Option<Duration>) -> anyhow::Result<Option<ControlPlane>> {
+/// Options of a control plane without a scheduler, with etcd's answers `etcd_delay` late when
+/// given.
+pub fn unscheduled(etcd_delay: Option<Duration>) -> Options {
+    Options { etcd_delay, scheduler: false, ..Options::default() }
+}
+
+/// As [`control_plane`], started with `options`.
+pub async fn control_plane_with(options: Options) -> anyhow::Result<Option<ControlPlane>> {
     let root = binaries::repo_root();
     let binaries = match binaries::obtain(&root)? {
         Ok(b) => b,
@@ -44,9 +52,6 @@ pub async fn control_plane_with(etcd_delay: Option<Duration>) -> anyhow::Result<
             return Ok(None);
         }
     };
-    // No scheduler: the simulated nodes bind pods themselves, so that what is timed is the
-    // orchestrator (and the limit) alone, not kube-scheduler's queue.
-    let options = Options { etcd_delay, scheduler: false, ..Options::default() };
     Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), &options).await?))
 }
 
@@ -64,8 +69,8 @@ pub struct Bench {
 }
 
 impl Bench {
-    /// An orchestrator of its own for a new namespace, with simulated nodes, once it is ready;
-    /// `flags` besides the defaults.
+    /// An orchestrator of its own for a new namespace, with simulated nodes that bind its pods
+    /// themselves, once it is ready; `flags` besides the defaults.
     pub async fn start(
         plane: &ControlPlane,
         cluster: &TestCluster,
@@ -74,8 +79,20 @@ impl Bench {
         base_ns: &str,
         flags: &[&str],
     ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
+        Self::start_bound(plane, cluster, (hint, instance), base_ns, flags, Binding::Themselves).await
+    }
+
+    /// As [`Bench::start`], with the namespace's pods bound as `binding` says.
+    pub async fn start_bound(
+        plane: &ControlPlane,
+        cluster: &TestCluster,
+        (hint, instance): (&str, &str),
+        base_ns: &str,
+        flags: &[&str],
+        binding: Binding,
+    ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
         let jobs_ns = cluster.namespace(hint).await;
-        let nodes = SimulatedNodes::start_with(cluster.client.clone(), &jobs_ns, Binding::Themselves);
+        let nodes = SimulatedNodes::start_with(cluster.client.clone(), &jobs_ns, binding);
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
         // measured against the same baseline.

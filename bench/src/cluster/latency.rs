@@ -23,7 +23,7 @@ const API: Duration = Duration::from_micros(500);
 const SERIAL_FROM: usize = 500;
 
 pub async fn measure(rows: &mut Vec<Row>, limit: &mut Limit, first: bool) -> anyhow::Result<()> {
-    let Some(plane) = harness::control_plane_with(Some(ETCD)).await? else { return Ok(()) };
+    let Some(plane) = harness::control_plane_with(harness::unscheduled(Some(ETCD))).await? else { return Ok(()) };
     let result = on(&plane, rows, limit, first).await;
     plane.stop().await;
     result

@@ -44,15 +44,24 @@ pub fn paired_median(ours: &[Duration], base: &[Duration]) -> f64 {
     ratios.get(ratios.len().saturating_sub(1) / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Every invocation's pairs of one scenario, by size (jobs, collectors).
+/// Every invocation's pairs of one scenario, by size (jobs, and pods of one kind per job).
 pub struct Limit {
     scenario: &'static str,
+    /// What a size counts per job: `collectors` (besides a coordinator), `gang workers`.
+    unit: &'static str,
+    /// What the baseline creates for a job, besides the DIJob.
+    made: &'static str,
     sizes: BTreeMap<(usize, usize), Vec<Pairs>>,
 }
 
 impl Limit {
+    /// Role jobs of a coordinator and collectors.
     pub fn new(scenario: &'static str) -> Limit {
-        Limit { scenario, sizes: BTreeMap::new() }
+        Limit::of(scenario, "collectors", "pods and Services")
+    }
+
+    pub fn of(scenario: &'static str, unit: &'static str, made: &'static str) -> Limit {
+        Limit { scenario, unit, made, sizes: BTreeMap::new() }
     }
 
     pub fn add(&mut self, m: usize, n: usize, pairs: Pairs) {
@@ -70,7 +79,7 @@ impl Limit {
             let ours = median(&mut all.iter().map(|p| p.ours).collect::<Vec<_>>());
             let base = median(&mut all.iter().map(|p| p.base).collect::<Vec<_>>());
             let windows = all.iter().map(|p| p.window.to_string()).collect::<Vec<_>>().join(", ");
-            let size = format!("{m} job(s) x {n} collectors");
+            let size = format!("{m} job(s) x {n} {}", self.unit);
             rows.push(Row {
                 figure: format!(
                     "time to running, {}, {size}, paired median of {} invocation(s) ({listed})",
@@ -79,8 +88,9 @@ impl Limit {
                 ),
                 value: format!("{:.3} s", ours.as_secs_f64()),
                 baseline: format!(
-                    "{:.3} s (DIJob create, pods and Services at a window of {windows}, one status write)",
-                    base.as_secs_f64()
+                    "{:.3} s (DIJob create, {} at a window of {windows}, one status write)",
+                    base.as_secs_f64(),
+                    self.made,
                 ),
                 ratio: Some(ratio),
                 goal: format!("ratio <= {GOAL}"),
@@ -102,7 +112,7 @@ impl Limit {
             let (ours, base) = (1000.0 * fit_slope(&ours_curve), 1000.0 * fit_slope(&base_curve));
             let sizes = ours_curve.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>().join(", ");
             rows.push(Row {
-                figure: format!("per-replica slope, {}, one job of {sizes} collectors", self.scenario),
+                figure: format!("per-replica slope, {}, one job of {sizes} {}", self.scenario, self.unit),
                 value: format!("{ours:.2} ms per replica"),
                 baseline: format!("{base:.2} ms per replica (the limit)"),
                 ratio: Some(ours / base),

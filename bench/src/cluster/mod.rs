@@ -5,11 +5,13 @@
 //! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
 //! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
 //! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
-//! answer as late as in production (`latency`). `harness` starts what they all measure.
+//! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`).
+//! `harness` starts what they all measure.
 
 mod baseline;
 mod curve;
 mod fairness;
+mod gangs;
 mod harness;
 mod latency;
 mod limit;
@@ -80,14 +82,18 @@ pub enum Scenario {
     /// Time to running against the limit with etcd's and the API server's answers late, as in
     /// production; and, for big jobs, one create at a time against the default window.
     Latency,
+    /// Time to running of gang jobs placed by kube-scheduler, against the limit.
+    Gangs,
 }
 
 /// Everything `only` names (all when empty) in the first of `invocations`; time to running
-/// against the limit (`Running`, `Latency`) in each, every one on control planes of its own.
+/// against the limit (`Running`, `Latency`, `Gangs`) in each, every one on control planes of its
+/// own.
 pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option<ClusterReport>> {
     let wanted = |s: Scenario| only.is_empty() || only.contains(&s);
     let mut report = None;
     let (mut plain, mut late) = (Limit::new("no added latency"), Limit::new("etcd +2 ms, API +0.5 ms"));
+    let mut placed = gangs::limit();
     for invocation in 0..invocations.max(1) {
         let first = invocation == 0;
         if first || wanted(Scenario::Running) {
@@ -105,10 +111,15 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
                 report.rows.extend(rows);
             }
         }
+        // On a control plane of its own, with kube-scheduler and GPU nodes.
+        if report.is_some() && wanted(Scenario::Gangs) {
+            gangs::measure(&mut placed).await?;
+        }
     }
     Ok(report.map(|mut r| {
         r.rows.extend(plain.rows());
         r.rows.extend(late.rows());
+        r.rows.extend(placed.rows());
         r
     }))
 }
