@@ -132,6 +132,14 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["create", "patch", "delete"]
+# Kueue: the Workload of each job in a queue (made, watched, and its status written with what
+# the job's pods do).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["update"]
 {{- end }}
 
 {{/* One admission webhook, after its name; takes (dict "root" $ "path" "/mutate"). */}}

@@ -83,6 +83,11 @@ pub(crate) struct ServeArgs {
     /// `schedulerName`). Default: `scheduler-plugins-scheduler`, or `volcano`.
     #[arg(long)]
     pub(crate) gang_scheduler_name: Option<String>,
+    /// Queues for jobs labelled `kueue.x-k8s.io/queue-name`: `auto` uses Kueue where the API
+    /// server serves its Workloads (asked at start-up) and otherwise holds such jobs, saying why;
+    /// `kueue` refuses to start without Kueue; `none` holds them without asking.
+    #[arg(long, value_enum, env = "DI_QUEUES", default_value = "auto")]
+    pub(crate) queues: Queues,
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) restart_backoff_seconds: f64,
@@ -189,6 +194,13 @@ impl From<ReplicaIdentity> for di_controller::identity::Choice {
             ReplicaIdentity::PerJob => Self::PerJob,
         }
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Queues {
+    Auto,
+    Kueue,
+    None,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]

@@ -20,7 +20,7 @@ use tracing::info;
 
 mod args;
 mod stop;
-use args::{Cli, Command, ReplicasArgs, ServeArgs, WebhookArgs};
+use args::{Cli, Command, Queues, ReplicasArgs, ServeArgs, WebhookArgs};
 use stop::{Stopped, run_to_end, until_stopped};
 
 fn main() -> anyhow::Result<()> {
@@ -115,6 +115,15 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         events_per_second: args.events_per_second,
         creates_per_job: args.creates_per_job.into(),
         creates_in_flight: args.creates_in_flight.into(),
+        kueue: match args.queues {
+            Queues::None => false,
+            Queues::Auto => di_controller::workloads::served(&client).await?,
+            Queues::Kueue if di_controller::workloads::served(&client).await? => true,
+            Queues::Kueue => anyhow::bail!(
+                "--queues=kueue, but the API server serves no Kueue Workloads (kueue.x-k8s.io/v1beta2): install \
+                 Kueue, or run with --queues=auto or none"
+            ),
+        },
     };
 
     let run = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));

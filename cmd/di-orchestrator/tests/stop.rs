@@ -73,7 +73,7 @@ fn sigterm_ends_the_orchestrator_whose_caches_never_synced() {
     let mut orchestrator = Running::start(
         &dir,
         &kubeconfig(&dir, server),
-        &["serve", "--probe-addr=127.0.0.1:0", "--replica-identity=per-job", "--gang-scheduler=none"],
+        &["serve", "--probe-addr=127.0.0.1:0", "--replica-identity=per-job", "--gang-scheduler=none", "--queues=none"],
     );
     wait_for("watch of pods", || pod_requests.load(Ordering::SeqCst) > 0, &orchestrator);
     let took = orchestrator.terminate();

@@ -27,6 +27,13 @@ pub const OWNER_VERSION: &str = TASKS_VERSION;
 pub const IMAGE: &str = concat!("opendilab/di-orchestrator:", env!("CARGO_PKG_VERSION"));
 
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
+/// Labels of other projects' that a DIJob carries.
+pub mod kueue {
+    /// Value: the Kueue LocalQueue of the job's namespace it waits in (see the README's "Queues
+    /// and quotas").
+    pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+}
+
 pub mod labels {
     /// Value: the API group ([`super::GROUP`]).
     pub const GROUP_NAME: &str = "group-name";

@@ -50,6 +50,8 @@ pub struct Context {
     pub namespaces: crate::identity::Namespaces,
     /// How many creates go out at once, per job and all jobs together.
     pub creates: crate::creates::Limits,
+    /// The Workloads and ResourceFlavors, where the cluster serves Kueue.
+    pub kueue: Option<crate::workloads::Kueue>,
 }
 
 /// Publishes an event on the job without holding up the pass: events inform, they do not gate.

@@ -24,6 +24,8 @@ pub enum Error {
     MarkRestart { service: String, source: kube::Error },
     #[error("deleting the job after ttlSecondsAfterFinished: {source}")]
     DeleteJob { source: kube::Error },
+    #[error("reporting the job to Kueue on its Workload {name}: {source}")]
+    WriteWorkload { name: String, source: kube::Error },
     #[error("building the job's objects: {0}")]
     Build(#[from] BuildError),
     #[error("{kind} {name} belongs to another owner (a deleted job of the same name?): waiting for it to be deleted")]
@@ -43,6 +45,7 @@ impl Error {
             Error::Delete { kind, .. } => format!("Delete{kind}"),
             Error::MarkRestart { .. } => "MarkRestart".into(),
             Error::DeleteJob { .. } => "DeleteJob".into(),
+            Error::WriteWorkload { .. } => "WriteWorkload".into(),
             Error::Build(_) => "BuildObjects".into(),
             Error::NameTaken { .. } => "NameTaken".into(),
             Error::StaleJob => "StaleJob".into(),

@@ -138,6 +138,8 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
                 delete(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
                 delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
             }
+            Action::CreateWorkload(workload) => crate::workloads::create(ctx, job, workload).await?,
+            Action::WriteWorkloadStatus(written) => crate::workloads::write_status(ctx, written).await?,
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
                 // This job, not one submitted again under its name since.

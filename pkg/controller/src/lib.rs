@@ -23,6 +23,7 @@ pub mod support;
 pub mod timing;
 pub mod triggers;
 pub mod view;
+pub mod workloads;
 
 // The pure core, under the paths the reconciler has always used.
-pub use di_core::{decision, desired, lost, plan, status, tasks};
+pub use di_core::{decision, desired, lost, plan, queue, status, tasks};

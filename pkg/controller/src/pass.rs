@@ -84,6 +84,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     let (aggregator_config, missing) = aggregator_config(ctx, &job);
     let mut world = members.world();
     (world.aggregator_config, world.missing_aggregator_config) = (aggregator_config.as_ref(), missing);
+    world.queue = crate::workloads::queue_of(ctx, &job);
     let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
         Err(e) => return refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await,
@@ -224,6 +225,7 @@ impl Members {
             taken: self.taken.clone(),
             aggregator_config: None,
             missing_aggregator_config: None,
+            queue: None,
             now: Timestamp::now(),
         }
     }

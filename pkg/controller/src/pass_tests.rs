@@ -99,6 +99,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         retries: Default::default(),
         namespaces: Default::default(),
         creates: crate::creates::Limits::new(16, 64),
+        kueue: None,
     })
 }
 

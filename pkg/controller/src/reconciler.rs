@@ -43,6 +43,8 @@ pub struct Options {
     pub creates_per_job: usize,
     /// Creates in flight at once, all passes together.
     pub creates_in_flight: usize,
+    /// Whether the cluster serves Kueue's Workloads (asked at start-up, `workloads::served`).
+    pub kueue: bool,
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -97,6 +99,13 @@ pub async fn run(
         .modify(|config| config.metadata.managed_fields = None)
         .reflect(config_writer)
         .touched_objects();
+    let (kueue, workload_stream, flavor_watch) = match options.kueue {
+        true => {
+            let (kueue, stream, flavors) = crate::workloads::watch(&client, namespace, watch_backoff);
+            (Some(kueue), Some(stream), Some(tokio::spawn(flavors)))
+        }
+        false => (None, None, None),
+    };
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
     let pacer = Pacer::new(options.status_period, options.status_writes_per_second);
     let recorder = Recorder::new(client.clone(), reporter);
@@ -122,6 +131,7 @@ pub async fn run(
         retries: Retries::default(),
         namespaces: Default::default(),
         creates: crate::creates::Limits::new(options.creates_per_job, options.creates_in_flight),
+        kueue,
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
@@ -136,8 +146,14 @@ pub async fn run(
     // pod and service watches meanwhile, which is what makes them ready.
     let listed = {
         let (pods, services, configs) = (context.pods.clone(), context.services.clone(), context.configs.clone());
+        // Nor before the Workloads are: a job in a queue whose Workload is not seen would be held,
+        // and an admitted one lose its pods.
+        let workloads = context.kueue.as_ref().map(|k| (k.workloads.clone(), k.flavors.clone()));
         async move {
             let _ = futures::join!(pods.wait_until_ready(), services.wait_until_ready(), configs.wait_until_ready());
+            if let Some((workloads, flavors)) = workloads {
+                let _ = futures::join!(workloads.wait_until_ready(), flavors.wait_until_ready());
+            }
             info!("pods and services listed: reconciling");
             job_stream
         }
@@ -152,6 +168,10 @@ pub async fn run(
     // Only while this replica reconciles (leads): one keeper at a time.
     let keeper = (context.settings.identity == crate::identity::Identity::Policy)
         .then(|| tokio::spawn(crate::identity::keep_policy(client.clone())));
+    let controller = match workload_stream {
+        Some(stream) => controller.watches_stream_with(stream, crate::workloads::job_of, crate::queue::workload_kind()),
+        None => controller,
+    };
     controller
         .with_config(config)
         .watches_stream(pod_stream, job_of)
@@ -166,6 +186,9 @@ pub async fn run(
         })
         .await;
     gauges.abort();
+    if let Some(flavors) = flavor_watch {
+        flavors.abort();
+    }
     if let Some(keeper) = keeper {
         keeper.abort();
     }

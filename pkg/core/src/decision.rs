@@ -32,6 +32,8 @@ pub struct World<'a> {
     pub aggregator_config: Option<&'a AggregatorConfig>,
     /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
     pub missing_aggregator_config: Option<String>,
+    /// The job's queue, when it is in one (`queue`).
+    pub queue: Option<crate::queue::Queue>,
     pub now: Timestamp,
 }
 
@@ -70,6 +72,12 @@ pub enum Action {
     DeleteRbac,
     /// The finished job's TTL has passed.
     DeleteJob,
+    /// The job's Kueue Workload, made before anything else of a job in a queue (`queue`).
+    CreateWorkload(Box<serde_json::Value>),
+    /// The job's Workload with the status the orchestrator reports to Kueue, written over the
+    /// stored one at its resourceVersion (a newer write by Kueue wins, and the next pass reports
+    /// again).
+    WriteWorkloadStatus(Box<serde_json::Value>),
 }
 
 /// Why a pod is deleted, for events and metrics.

@@ -9,6 +9,7 @@ pub mod desired;
 mod gangs;
 pub mod lost;
 pub mod plan;
+pub mod queue;
 pub mod restarts;
 pub mod status;
 pub mod tasks;

@@ -40,8 +40,12 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let observed = status::job_phase(previous, coordinator);
     let lost = crate::lost::lost(job, previous, coordinator, services.get(&coordinator_name).copied());
     let past_limit = lost.as_ref().and_then(|l| l.over_limit.clone());
-    let phase = if job.spec.is_suspended() && !observed.is_finished() {
-        facts.suspended = true;
+    // A job its queue holds has no pod, as a suspended one.
+    let held = crate::queue::held(job, world).is_some();
+    facts.queued = crate::queue::queued_condition(job, world);
+    let holding = (job.spec.is_suspended() || held) && !observed.is_finished();
+    let phase = if holding {
+        facts.suspended = job.spec.is_suspended();
         Phase::Created
     } else if past_limit.is_some() {
         Phase::Failed
@@ -59,7 +63,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         if !previous.is_some_and(Phase::is_finished) && !identity::uses_shared(job, settings.identity) {
             actions.push(Action::DeleteRbac);
         }
-    } else if facts.suspended {
+    } else if holding {
         for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
             actions.push(delete_pod(pod, Why::Suspended));
         }
@@ -185,6 +189,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     facts.restarts = services.values().map(|s| restarts_of(s)).sum();
     let status = status::compute(job, &world.pods, &facts, world.now);
     let mut plan = Plan { status, actions, requeue_after: requeue };
+    crate::queue::attach(job, world, world.aggregator_config, settings, &mut plan)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

@@ -15,6 +15,8 @@ use kube::ResourceExt;
 
 /// Condition types besides the phases.
 pub const SUSPENDED: &str = "Suspended";
+/// True while the job's Kueue queue holds it (its Workload not admitted), False once admitted.
+pub const QUEUED: &str = "Queued";
 pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
 pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
 pub const NAMES_TAKEN: &str = "NamesTaken";
@@ -84,6 +86,8 @@ pub struct Facts {
     /// Task jobs: the peer set pods are built for now; a pod built for another counts as not
     /// ready.
     pub peers: Option<String>,
+    /// A job in a Kueue queue: whether the queue holds it, and why (`queue`).
+    pub queued: Option<(bool, String, String)>,
 }
 
 /// Computes the status from the job's pods and the facts of this pass. Transition times move only
@@ -105,6 +109,9 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
             ("JobResumed", "the job was resumed")
         };
         set_condition(&mut conditions, SUSPENDED, facts.suspended, r, m, now);
+    }
+    if let Some((held, reason, message)) = &facts.queued {
+        set_condition(&mut conditions, QUEUED, *held, reason, message, now);
     }
     if !facts.over_restart_limit.is_empty() || conditions.iter().any(|c| c.type_ == RESTART_LIMIT_EXCEEDED) {
         let limit = job.spec.restart_limit.unwrap_or_default();

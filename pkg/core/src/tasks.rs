@@ -44,6 +44,8 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let wait = service.and_then(restart_after).map(|t| t.duration_since(world.now)).filter(|d| d.is_positive());
 
     let mut facts = Facts { replicas: wanted.pods.len(), peers: Some(wanted.peers.clone()), ..Facts::default() };
+    let held = crate::queue::held(job, world);
+    facts.queued = crate::queue::queued_condition(job, world);
     let mut actions = vec![];
     let mut requeue: Option<Duration> = None;
 
@@ -62,6 +64,9 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     } else if job.spec.is_suspended() {
         facts.suspended = true;
         (Phase::Pending, Some(("JobSuspended".into(), "spec.suspend is true: the job's pods are deleted".into())))
+    } else if let Some((reason, message)) = held.clone() {
+        // A job its queue holds has no pod, as a suspended one.
+        (Phase::Pending, Some((reason.into(), message)))
     } else if !new_failures.is_empty() {
         let more = if policy == JobRestartPolicy::Job { 1 } else { new_failures.len() as u32 };
         let names = new_failures.iter().map(|p| p.name_any()).collect::<Vec<_>>().join(", ");
@@ -90,7 +95,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
 
     if phase.is_finished() {
         actions.extend(cleanup(job, world));
-    } else if facts.suspended {
+    } else if facts.suspended || held.is_some() {
         actions.extend(world.pods.iter().copied().filter(live).map(|p| delete_pod(p, Why::Suspended)));
         actions.extend(world.services.iter().map(|s| delete_service(s)));
     } else {
@@ -150,6 +155,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     facts.restarts = restarts;
     let status = status::compute(job, &world.pods, &facts, world.now);
     let mut plan = Plan { status, actions, requeue_after: requeue };
+    crate::queue::attach(job, world, None, settings, &mut plan)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

@@ -64,6 +64,7 @@ pub fn world<'a>(pods: &'a [Pod], services: &'a [Service], at: Timestamp) -> Wor
         taken: Default::default(),
         aggregator_config: None,
         missing_aggregator_config: None,
+        queue: None,
         now: at,
     }
 }

@@ -333,6 +333,7 @@ fn an_aggregator_failure_replaces_its_ddp_learners_too() {
         taken: Default::default(),
         aggregator_config: Some(&config),
         missing_aggregator_config: None,
+        queue: None,
         now: now(),
     };
     let first = plan(&job, &world, &settings, BACKOFF).unwrap();
@@ -352,6 +353,7 @@ fn an_aggregator_failure_replaces_its_ddp_learners_too() {
         taken: Default::default(),
         aggregator_config: None,
         missing_aggregator_config: Some("di-system/aggregator-config".into()),
+        queue: None,
         now: now(),
     };
     let waiting = plan(&job, &world, &settings, BACKOFF).unwrap();

@@ -99,12 +99,16 @@ pub fn cache_dir(root: &Path) -> PathBuf {
 }
 
 fn release_dir(root: &Path, release: &Release) -> PathBuf {
+    cache_base(root).join(release.cache).join(release.kubernetes)
+}
+
+/// The project's cache outside the clone, as [`cache_dir`] describes it.
+pub fn cache_base(root: &Path) -> PathBuf {
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let base = env("DI_CACHE_DIR")
+    env("DI_CACHE_DIR")
         .or_else(|| env("XDG_CACHE_HOME").map(|d| d.join("di-orchestrator")))
         .or_else(|| env("HOME").map(|d| d.join(".cache/di-orchestrator")))
-        .unwrap_or_else(|| root.join(".cache"));
-    base.join(release.cache).join(release.kubernetes)
+        .unwrap_or_else(|| root.join(".cache"))
 }
 
 /// The version stamped into every binary, as Kubernetes' own release build does: kubeadm refuses

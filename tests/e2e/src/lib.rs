@@ -1,6 +1,6 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
 //! `certs`, `delay` for latency where production has it, `capacity` for the nodes its scheduler
-//! places pods on) and what the suite needs to drive a cluster (`cluster`, `nodes`,
+//! places pods on, `kueue` for the queues beside it) and what the suite needs to drive a cluster (`cluster`, `nodes`,
 //! `orchestrator`).
 
 pub mod binaries;
@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod controlplane;
 pub mod delay;
 pub mod history;
+pub mod kueue;
 pub mod nodes;
 pub mod orchestrator;
 pub mod scenario;

@@ -1,0 +1,137 @@
+//! Kueue's Workloads against the API server: whether the cluster serves them (asked once at
+//! start-up), the caches of the jobs' Workloads and of the ResourceFlavors that place admitted
+//! pods, what a pass knows of its job's queue, and the writes `queue` decides.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use di_api::DIJob;
+use di_client::is_status;
+use futures::{Stream, StreamExt};
+use kube::api::{DynamicObject, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tracing::info;
+
+use crate::context::Context;
+use crate::desired::managed_selector;
+use crate::error::Error;
+use crate::queue::{self, Queue};
+use crate::view::JobView;
+
+/// The caches of a cluster that serves Kueue.
+pub struct Kueue {
+    /// The Workloads of this orchestrator's jobs.
+    pub workloads: Store<DynamicObject>,
+    /// Every ResourceFlavor.
+    pub flavors: Store<DynamicObject>,
+}
+
+/// Whether the API server serves Kueue's Workloads; said once, either way.
+pub async fn served(client: &Client) -> Result<bool, kube::Error> {
+    let kind = queue::workload_kind();
+    let served = crate::discovery::serves(client, &kind.api_version, &kind.plural).await?;
+    match served {
+        true => info!(api_version = %kind.api_version, "jobs labelled {} wait in Kueue's queues", queue::QUEUE_LABEL),
+        false => info!(
+            "no Kueue here ({} is not served): a job labelled {} waits, saying so",
+            kind.api_version,
+            queue::QUEUE_LABEL
+        ),
+    }
+    Ok(served)
+}
+
+/// The caches, and the stream of Workload changes that brings their jobs' passes. Workloads
+/// are watched in `namespace` (all when `None`) and only ours, by the label every object of a
+/// job carries; flavors everywhere, being cluster-scoped and few.
+pub fn watch(
+    client: &Client,
+    namespace: Option<&str>,
+    backoff: impl Fn() -> watcher::ExponentialBackoff,
+) -> (
+    Kueue,
+    impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let kind = queue::workload_kind();
+    let api: Api<DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &kind),
+        None => Api::all_with(client.clone(), &kind),
+    };
+    let writer = reflector::store::Writer::new(kind);
+    let workloads = writer.as_reader();
+    let selector = watcher::Config::default().labels(&managed_selector());
+    let workload_stream = watcher(api, selector)
+        .backoff(backoff())
+        .modify(|w| w.metadata.managed_fields = None)
+        .reflect(writer)
+        .touched_objects();
+    let flavor_kind = queue::flavor_kind();
+    let flavor_writer = reflector::store::Writer::new(flavor_kind.clone());
+    let flavors = flavor_writer.as_reader();
+    let flavor_api: Api<DynamicObject> = Api::all_with(client.clone(), &flavor_kind);
+    // Flavors trigger no pass: they matter when an admitted job's pods are created, which its
+    // Workload's admission triggers.
+    let flavor_watch = watcher(flavor_api, watcher::Config::default())
+        .backoff(backoff())
+        .reflect(flavor_writer)
+        .for_each(|_| std::future::ready(()));
+    (Kueue { workloads, flavors }, workload_stream, flavor_watch)
+}
+
+/// The job a Workload belongs to: its controller reference's, in its namespace.
+pub fn job_of(workload: DynamicObject) -> Option<ObjectRef<JobView>> {
+    let owner = workload.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "DIJob")?.clone();
+    Some(ObjectRef::new(&owner.name).within(&workload.namespace()?))
+}
+
+/// What a pass knows of `job`'s queue: `None` for a job in none.
+pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
+    queue::queue_name(job)?;
+    let Some(kueue) = &ctx.kueue else { return Some(Queue::NoKueue) };
+    let namespace = job.namespace().unwrap_or_default();
+    let uid = job.uid().unwrap_or_default();
+    let name = queue::workload_name(job);
+    let workload = kueue
+        .workloads
+        .get(&ObjectRef::new_with(&name, queue::workload_kind()).within(&namespace))
+        .filter(|w| w.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
+        .map(|w| serde_json::to_value(&*w).unwrap_or_default());
+    let flavors: BTreeMap<String, serde_json::Value> =
+        kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
+    Some(Queue::Kueue { workload, flavors })
+}
+
+/// Makes the job's Workload; one that exists already is the job's (its name carries the job's
+/// UID).
+pub async fn create(ctx: &Arc<Context>, job: &DIJob, workload: &serde_json::Value) -> Result<(), Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &queue::workload_kind());
+    let object: DynamicObject = serde_json::from_value(workload.clone())
+        .map_err(kube::Error::SerdeError)
+        .map_err(|source| Error::Create { kind: "Workload".into(), name: queue::workload_name(job), source })?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 409) => Ok(()),
+        Err(source) => Err(Error::Create { kind: "Workload".into(), name: object.name_any(), source }),
+    }
+}
+
+/// Writes the status the orchestrator reports to Kueue over the stored one, at the
+/// resourceVersion it was read at: a Workload Kueue has changed since is left to the next pass,
+/// which reports again on what Kueue wrote.
+pub async fn write_status(ctx: &Arc<Context>, written: &serde_json::Value) -> Result<(), Error> {
+    let name = written["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let namespace = written["metadata"]["namespace"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &queue::workload_kind());
+    let object: DynamicObject = serde_json::from_value(written.clone())
+        .map_err(kube::Error::SerdeError)
+        .map_err(|source| Error::WriteWorkload { name: name.clone(), source })?;
+    match api.replace_status(&name, &PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+        Err(source) => Err(Error::WriteWorkload { name, source }),
+    }
+}

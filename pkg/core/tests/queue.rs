@@ -1,0 +1,189 @@
+//! A job in a Kueue queue: held with no pod until its Workload is admitted, its Workload's
+//! podSets, the admitted flavors on its pods, and what it reports to Kueue.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{BACKOFF, created, job, now, world, world_of};
+use di_api::{DIJob, Phase};
+use di_core::desired::Settings;
+use di_core::plan::{Action, Plan, plan};
+use di_core::queue::{QUEUE_LABEL, Queue, report, workload, workload_name};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+fn queued_job(collectors: i32) -> DIJob {
+    let mut job = job(collectors, 1, json!({}));
+    job.labels_mut().insert(QUEUE_LABEL.into(), "team".into());
+    job
+}
+
+fn decide_in(job: &DIJob, pods: &[Pod], services: &[Service], queue: Queue) -> Plan {
+    let mut world = world(pods, services, now());
+    world.queue = Some(queue);
+    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
+}
+
+fn condition<'a>(plan: &'a Plan, type_: &str) -> &'a di_api::DIJobCondition {
+    plan.status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn kueue(workload: Option<Value>) -> Queue {
+    let flavors = BTreeMap::from([(
+        "a100".to_string(),
+        json!({"nodeLabels": {"gpu": "a100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
+    )]);
+    Queue::Kueue { workload, flavors }
+}
+
+fn admitted(job: &DIJob) -> Value {
+    let mut w = workload(job, "team", None, &Settings::default()).unwrap();
+    w["metadata"]["resourceVersion"] = json!("7");
+    w["status"] = json!({
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+        ],
+        "admission": {"clusterQueue": "gpus", "podSetAssignments": [
+            {"name": "collector", "flavors": {"cpu": "a100"}, "count": 2},
+        ]},
+    });
+    w
+}
+
+#[test]
+fn a_job_waits_with_no_pod_until_its_workload_is_made_and_admitted() {
+    let job = queued_job(2);
+    let first = decide_in(&job, &[], &[], kueue(None));
+    assert!(matches!(&first.actions[..], [Action::CreateWorkload(_)]), "{:?}", first.actions);
+    assert_eq!(condition(&first, "Queued").status, "True");
+
+    let mut pending = workload(&job, "team", None, &Settings::default()).unwrap();
+    pending["status"] = json!({"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+        "message": "couldn't assign flavors to pod set collector: insufficient quota", "lastTransitionTime": "2026-11-22T09:00:00Z"}]});
+    let waiting = decide_in(&job, &[], &[], kueue(Some(pending)));
+    assert!(created(&waiting.actions).is_empty(), "{:?}", waiting.actions);
+    let queued = condition(&waiting, "Queued");
+    assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("True", Some("Pending")));
+    assert!(queued.message.as_deref().unwrap().contains("insufficient quota"), "Kueue's words: {queued:?}");
+    assert_eq!(waiting.status.phase, Some(Phase::Created));
+}
+
+#[test]
+fn the_workload_has_a_pod_set_per_role_owned_by_the_job() {
+    let job = queued_job(3);
+    let w = workload(&job, "team", None, &Settings::default()).unwrap();
+    assert_eq!(w["metadata"]["name"], workload_name(&job));
+    assert_eq!(w["metadata"]["ownerReferences"][0]["uid"], "job-uid");
+    assert_eq!(w["metadata"]["ownerReferences"][0]["controller"], true);
+    assert_eq!(w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"], "job-uid");
+    assert_eq!(w["spec"]["queueName"], "team");
+    let sets: Vec<(String, u64)> = w["spec"]["podSets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap().to_owned(), s["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(sets, [("coordinator".into(), 1), ("collector".into(), 3), ("learner".into(), 1)]);
+    // The coordinator's template is its pod, the replica endpoint beside it counted.
+    let coordinator = &w["spec"]["podSets"][0]["template"]["spec"];
+    assert!(coordinator["initContainers"].as_array().is_some_and(|c| !c.is_empty()));
+}
+
+#[test]
+fn an_admitted_job_runs_with_its_flavors_on_its_pods_and_says_when_they_are_ready() {
+    let job = queued_job(2);
+    let w = admitted(&job);
+    let start = decide_in(&job, &[], &[], kueue(Some(w.clone())));
+    let queued = condition(&start, "Queued");
+    assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("False", Some("Admitted")));
+    let pods: Vec<&Pod> = start
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod(p) => Some(&**p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pods.len(), 4);
+    for pod in pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let placed = spec.node_selector.as_ref().is_some_and(|s| s.get("gpu").map(String::as_str) == Some("a100"));
+        // Only the collectors' podSet was assigned the flavor.
+        assert_eq!(placed, pod.name_any().contains("collector"), "{}", pod.name_any());
+        assert_eq!(spec.tolerations.is_some(), placed);
+    }
+    // Starting: Kueue hears the pods are not ready yet; once every pod runs, that they are.
+    let told = |plan: &Plan| {
+        plan.actions.iter().find_map(|a| match a {
+            Action::WriteWorkloadStatus(w) => Some(w["status"]["conditions"].clone()),
+            _ => None,
+        })
+    };
+    let starting = told(&start).expect("PodsReady reported");
+    assert!(starting.as_array().unwrap().iter().any(|c| c["type"] == "PodsReady" && c["status"] == "False"));
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let running = decide_in(&job, &pods, &services, kueue(Some(w)));
+    assert_eq!(running.status.phase, Some(Phase::Running));
+    let ready = told(&running).expect("PodsReady reported");
+    assert!(ready.as_array().unwrap().iter().any(|c| c["type"] == "PodsReady" && c["status"] == "True"));
+}
+
+#[test]
+fn a_finished_job_finishes_its_workload_and_an_unchanged_report_writes_nothing() {
+    let job = queued_job(1);
+    let w = admitted(&job);
+    let finished = report(&w, false, Some(true), false, now()).expect("Finished reported");
+    let condition = finished["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Finished").unwrap();
+    assert_eq!((condition["status"].as_str(), condition["reason"].as_str()), (Some("True"), Some("Succeeded")));
+    let mut written = w.clone();
+    written["status"] = finished;
+    assert_eq!(report(&written, false, Some(true), false, now()), None, "said once");
+}
+
+#[test]
+fn an_evicted_job_loses_its_pods_then_gives_its_admission_back() {
+    let job = queued_job(1);
+    let mut w = admitted(&job);
+    w["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "Evicted", "status": "True",
+        "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload", "lastTransitionTime": "2026-11-22T09:30:00Z"}));
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let evicting = decide_in(&job, &pods, &services, kueue(Some(w.clone())));
+    let queued = condition(&evicting, "Queued");
+    assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("True", Some("Evicted")));
+    let deleted = evicting.actions.iter().filter(|a| matches!(a, Action::DeletePod { .. })).count();
+    assert_eq!(deleted, pods.len(), "every pod goes");
+    // Nothing is given back while a pod still runs.
+    assert!(!evicting.actions.iter().any(|a| matches!(a, Action::WriteWorkloadStatus(_))));
+
+    let gone = decide_in(&job, &[], &[], kueue(Some(w)));
+    let released = gone
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            Action::WriteWorkloadStatus(w) => Some(w.clone()),
+            _ => None,
+        })
+        .expect("the admission given back");
+    assert_eq!(released["status"]["admission"], Value::Null);
+    assert_eq!(released["metadata"]["resourceVersion"], "7", "written over what was read");
+    let status_of = |t: &str| {
+        released["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()["status"].clone()
+    };
+    assert_eq!(
+        (status_of("QuotaReserved"), status_of("Admitted"), status_of("Requeued")),
+        (json!("False"), json!("False"), json!("True"))
+    );
+}
+
+#[test]
+fn without_kueue_a_queued_job_waits_and_says_why() {
+    let job = queued_job(1);
+    let plan = decide_in(&job, &[], &[], Queue::NoKueue);
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+    let queued = condition(&plan, "Queued");
+    assert_eq!(queued.reason.as_deref(), Some("NoKueue"));
+    assert!(queued.message.as_deref().unwrap().contains("install Kueue"));
+}

@@ -1,0 +1,175 @@
+//! Kueue beside a control plane a test starts: its manager built from the Go module at a pinned
+//! version and cached outside the clone like the control plane, its CRDs from the same module,
+//! run out of cluster with certificates of its own and a configuration that names DIJob an
+//! external framework.
+//!
+//! The build runs inside a copy of Kueue's own module: its go.sum covers every dependency, and a
+//! module of ours that required Kueue would ask the checksum database for modules it does not know.
+//! Kueue's admission webhooks are not registered with the API server: they default and check
+//! Kueue's own objects, which the tests write whole.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use crate::binaries::{Unavailable, cache_base};
+use crate::cluster::TestCluster;
+use crate::controlplane::ControlPlane;
+
+/// The Kueue release the tests run.
+pub const VERSION: &str = "v0.19.2";
+const MODULE: &str = "sigs.k8s.io/kueue";
+
+/// Where Kueue's manager reads its metrics certificate, whatever its configuration says.
+const METRICS_CERTS: &str = "/etc/kueue/metrics/certs";
+
+/// The kinds Kueue is told external controllers manage: a DIJob under either version it is
+/// written in (Kueue matches owner references by apiVersion).
+pub const EXTERNAL_FRAMEWORKS: [&str; 2] =
+    ["DIJob.v1alpha1.diengine.opendilab.org", "DIJob.v2alpha1.diengine.opendilab.org"];
+
+/// Kueue's manager binary and its module's folder (for its CRDs), built on first use; why not,
+/// where this machine cannot.
+pub fn obtain(root: &Path) -> anyhow::Result<Result<(PathBuf, PathBuf), Unavailable>> {
+    if Command::new("go").arg("version").output().is_err() {
+        return Ok(Err(Unavailable("Kueue is built from its Go module, and there is no go on the PATH".into())));
+    }
+    let module = module_dir()?;
+    let cache = cache_base(root).join("kueue").join(VERSION);
+    let binary = cache.join("kueue");
+    if binary.is_file() {
+        return Ok(Ok((binary, module)));
+    }
+    eprintln!("building Kueue {VERSION} from its Go module (first run only; a few minutes)...");
+    std::fs::create_dir_all(&cache)?;
+    // The module cache is read-only: build in a copy, beside the binary, and rename, so an
+    // interrupted build never leaves half a binary.
+    let source = cache.join(".source");
+    let _ = std::fs::remove_dir_all(&source);
+    run(Command::new("cp").arg("-R").arg(&module).arg(&source))?;
+    run(Command::new("chmod").args(["-R", "u+w"]).arg(&source))?;
+    let partial = cache.join(".kueue.partial");
+    let status = Command::new("go")
+        .args(["build", "-trimpath", "-ldflags=-s -w", "-o"])
+        .arg(&partial)
+        .arg("./cmd/kueue")
+        .env("CGO_ENABLED", "0")
+        .current_dir(&source)
+        .status()
+        .context("running go build for Kueue")?;
+    if !status.success() {
+        bail!("go build of Kueue {VERSION} failed ({status}); see the output above");
+    }
+    std::fs::rename(&partial, &binary)?;
+    std::fs::remove_dir_all(&source)?;
+    Ok(Ok((binary, module)))
+}
+
+/// Kueue's module in Go's module cache, downloaded if it is not there yet.
+fn module_dir() -> anyhow::Result<PathBuf> {
+    let output = Command::new("go")
+        .args(["mod", "download", "-json", &format!("{MODULE}@{VERSION}")])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .context("running go mod download for Kueue")?;
+    if !output.status.success() {
+        bail!("go mod download {MODULE}@{VERSION} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    Ok(PathBuf::from(answer["Dir"].as_str().context("go mod download named no folder")?))
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let status = command.status().with_context(|| format!("running {command:?}"))?;
+    if !status.success() {
+        bail!("{command:?} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Installs Kueue's CRDs into `cluster` (on `plane`) and starts its manager beside the control
+/// plane, once it answers its readiness probe.
+pub async fn start(
+    plane: &mut ControlPlane,
+    cluster: &TestCluster,
+    binary: &Path,
+    module: &Path,
+) -> anyhow::Result<()> {
+    let bases = module.join("config/components/crd/bases");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&bases)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
+    files.sort();
+    for file in files.iter().filter(|f| f.extension().is_some_and(|e| e == "yaml")) {
+        cluster.install_crd(&file.display().to_string(), &std::fs::read_to_string(file)?).await;
+    }
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}});
+    namespaces.create(&PostParams::default(), &serde_json::from_value(namespace)?).await?;
+
+    let certs = plane.dir.join("kueue-certs");
+    write_certificate(&certs)?;
+    // The manager reads its metrics certificate from a fixed path even with metrics off; any
+    // certificate will do, and a test's is left for the next.
+    if !Path::new(METRICS_CERTS).join("tls.crt").is_file() {
+        let staged = Path::new(METRICS_CERTS).with_extension(format!("partial-{}", std::process::id()));
+        write_certificate(&staged).with_context(|| {
+            format!("Kueue reads its metrics certificate from {METRICS_CERTS}: it must be writable")
+        })?;
+        if std::fs::rename(&staged, METRICS_CERTS).is_err() {
+            // Another test's Kueue wrote one first.
+            let _ = std::fs::remove_dir_all(&staged);
+        }
+    }
+    let probe = free_port()?;
+    let config = json!({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": "kueue-system",
+        "health": {"healthProbeBindAddress": format!("127.0.0.1:{probe}")},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": free_port()?, "host": "127.0.0.1", "certDir": certs},
+        "leaderElection": {"leaderElect": false},
+        "internalCertManagement": {"enable": false},
+        "manageJobsWithoutQueueName": false,
+        "integrations": {"frameworks": ["batch/job"], "externalFrameworks": EXTERNAL_FRAMEWORKS},
+        // Its on-demand visibility API wants certificates of its own under /visibility.
+        "featureGates": {"VisibilityOnDemand": false},
+    });
+    let path = plane.dir.join("kueue.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+    let args = [
+        format!("--config={}", path.display()),
+        format!("--kubeconfig={}", plane.kubeconfig.display()),
+        "--zap-log-level=2".into(),
+    ];
+    plane.run_beside("kueue", binary, &args)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = reqwest::get(format!("http://127.0.0.1:{probe}/readyz")).await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("Kueue did not become ready within a minute; see kueue.log in {}", plane.dir.join("logs").display());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A self-signed serving certificate for 127.0.0.1 as `tls.crt` and `tls.key` in `dir`.
+fn write_certificate(dir: &Path) -> anyhow::Result<()> {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".into()])?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("tls.crt"), certified.cert.pem())?;
+    std::fs::write(dir.join("tls.key"), certified.signing_key.serialize_pem())?;
+    Ok(())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

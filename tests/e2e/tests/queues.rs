@@ -1,0 +1,230 @@
+//! Queues and quotas: Kueue beside a control plane of the test's own (`di_e2e::kueue`).
+
+use std::time::Duration;
+
+use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
+use di_api::{DIJob, DIJobCondition, Phase};
+use di_e2e::binaries::{self, Unavailable};
+use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
+use di_e2e::controlplane::{ControlPlane, Options};
+use di_e2e::kueue;
+use di_e2e::nodes::real_nodes;
+use di_e2e::scenario::Scenario;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "kueue.x-k8s.io".into(),
+        version: "v1beta2".into(),
+        api_version: "kueue.x-k8s.io/v1beta2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace and a
+/// LocalQueue `queue` of it in `ns`.
+async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]) {
+    let create = |kind: &'static str, plural: &str, namespace: Option<&str>, object: serde_json::Value| {
+        let resource = kueue_kind(kind, plural);
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        async move {
+            let object: DynamicObject = serde_json::from_value(object).unwrap();
+            api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("creating a {kind}: {e}"));
+        }
+    };
+    create(
+        "ResourceFlavor",
+        "resourceflavors",
+        None,
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"},
+        }),
+    )
+    .await;
+    create("ClusterQueue", "clusterqueues", None, json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": quota.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+            "flavors": [{"name": "default", "resources": quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect::<Vec<_>>()}],
+        }]},
+    }))
+    .await;
+    create(
+        "LocalQueue",
+        "localqueues",
+        Some(ns),
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": queue},
+            "spec": {"clusterQueue": "team"},
+        }),
+    )
+    .await;
+}
+
+/// A control plane's run folder is named after its process: one at a time in this one.
+static ONE_PLANE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A control plane of its own with Kueue beside it (the test's while it holds the guard), or
+/// `None` after saying why there is none.
+async fn with_kueue() -> Option<(ControlPlane, TestCluster, tokio::sync::MutexGuard<'static, ()>)> {
+    if real_nodes() {
+        not_applicable("Kueue runs beside a control plane of its own, which the test starts");
+        return None;
+    }
+    let root = binaries::repo_root();
+    let binaries = match binaries::obtain(&root).unwrap() {
+        Ok(binaries) => binaries,
+        Err(Unavailable(why)) => {
+            skip(&format!("Kueue's tests need a control plane: {why}"));
+            return None;
+        }
+    };
+    let (kueue, module) = match kueue::obtain(&root).unwrap() {
+        Ok(found) => found,
+        Err(Unavailable(why)) => {
+            skip(&why);
+            return None;
+        }
+    };
+    let guard = ONE_PLANE.lock().await;
+    let runs = root.join(".cache/controlplane/runs");
+    let mut plane = Box::pin(ControlPlane::start_with(&binaries, &runs, &Options::default())).await.unwrap();
+    let cluster = TestCluster { client: plane.client().await.unwrap(), kubeconfig: plane.kubeconfig.clone() };
+    kueue::start(&mut plane, &cluster, &kueue, &module).await.unwrap();
+    Some((plane, cluster, guard))
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn kueue_runs_beside_the_control_plane_and_admits_within_its_quota() {
+    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    let ns = cluster.namespace("kueue").await;
+    queue_of(&cluster.client, &ns, "queue", &[("cpu", "1")]).await;
+    // Three Jobs of one CPU each in a queue of one CPU, created suspended as Kueue's webhook
+    // would have them: Kueue lets exactly one start.
+    let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), &ns);
+    for i in 0..3 {
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": format!("queued-{i}"), "labels": {"kueue.x-k8s.io/queue-name": "queue"}},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}},
+            ]}}},
+        });
+        jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
+    }
+    let started = |all: &[Job]| all.iter().filter(|j| j.spec.as_ref().and_then(|s| s.suspend) == Some(false)).count();
+    let seen = within(Duration::from_secs(60), "Kueue to start one of the three Jobs", async {
+        loop {
+            let all = jobs.list(&ListParams::default()).await.unwrap().items;
+            if started(&all) > 0 {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    assert_eq!(started(&seen), 1);
+    // Kueue's view: one Workload admitted, two still pending.
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(cluster.client.clone(), &ns, &kueue_kind("Workload", "workloads"));
+    let admitted = |w: &DynamicObject| {
+        w.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Admitted" && c["status"] == "True"))
+    };
+    let all = workloads.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 3, "one Workload per Job");
+    assert_eq!(all.iter().filter(|w| admitted(w)).count(), 1);
+    plane.stop().await;
+}
+
+/// A role job in `queue`: a coordinator and one collector of one CPU each (and the sidecar's
+/// 10m beside the coordinator).
+async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
+    let mut container = s.nodes.container();
+    container["resources"] = json!({"requests": {"cpu": "1"}});
+    let pod = json!({"containers": [container]});
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": 1, "template": {"spec": pod}}},
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+}
+
+fn phase(job: &DIJob) -> Option<Phase> {
+    job.status.as_ref().and_then(|s| s.phase)
+}
+
+fn queued(job: &DIJob) -> Option<&DIJobCondition> {
+    job.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Queued")
+}
+
+/// The jobs of the scenario once exactly `running` of them run, the rest held by their queue
+/// (but those that have finished).
+async fn until_running(s: &Scenario, running: usize) -> Vec<DIJob> {
+    let what = format!("{running} job(s) running, the others queued");
+    within(Duration::from_secs(60), &what, async {
+        loop {
+            let jobs = s.jobs.list(&ListParams::default()).await.unwrap().items;
+            let held = jobs.iter().filter(|j| queued(j).is_some_and(|c| c.status == "True")).count();
+            let run = jobs.iter().filter(|j| phase(j) == Some(Phase::Running)).count();
+            let finished = jobs.iter().filter(|j| phase(j).is_some_and(Phase::is_finished)).count();
+            if run == running && held + run + finished == jobs.len() {
+                return jobs;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await
+}
+
+async fn pods_of(s: &Scenario, job: &str) -> usize {
+    let params = ListParams::default().labels(&format!("{}={job}", di_api::contract::labels::JOB_NAME));
+    s.pods.list(&params).await.unwrap().items.len()
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
+    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    let s = Box::pin(Scenario::on(cluster, "queued", &[])).await;
+    // Room for one job of 2.01 CPUs, not two.
+    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
+    for name in ["first", "second", "third"] {
+        submit_queued(&s, name, "team-queue").await;
+    }
+    let jobs = until_running(&s, 1).await;
+    let running = jobs.iter().find(|j| phase(j) == Some(Phase::Running)).unwrap().name_any();
+    let admitted = queued(jobs.iter().find(|j| j.name_any() == running).unwrap()).expect("a Queued condition");
+    assert_eq!((admitted.status.as_str(), admitted.reason.as_deref()), ("False", Some("Admitted")));
+    for job in jobs.iter().filter(|j| j.name_any() != running) {
+        let held = queued(job).unwrap();
+        assert_eq!(held.reason.as_deref(), Some("Pending"), "{held:?}");
+        let message = held.message.as_deref().unwrap_or_default();
+        assert!(message.contains("team-queue"), "it names its queue: {message}");
+        assert_eq!(pods_of(&s, &job.name_any()).await, 0, "{} waits with no pod", job.name_any());
+    }
+    assert_eq!(pods_of(&s, &running).await, 2);
+
+    // The running job ends: its Workload is finished, its quota given back, and the next starts.
+    s.nodes.exit(&s.ns, &format!("{running}-coordinator"), 0).await;
+    s.wait_phase(&running, Phase::Succeeded).await;
+    let jobs = until_running(&s, 1).await;
+    let next = jobs.iter().find(|j| phase(j) == Some(Phase::Running)).unwrap().name_any();
+    assert_ne!(next, running);
+    let waiting: Vec<String> =
+        jobs.iter().filter(|j| queued(j).is_some_and(|c| c.status == "True")).map(|j| j.name_any()).collect();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(pods_of(&s, &waiting[0]).await, 0);
+    drop(s);
+    plane.stop().await;
+}
