@@ -132,11 +132,11 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["create", "patch", "delete"]
-# Kueue: the Workload of each job in a queue (made, watched, and its status written with what
-# the job's pods do).
+# Kueue: the Workload of each job in a queue (made, watched, made anew when the job changed size
+# while it waited, its status written with what the job's pods do).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]

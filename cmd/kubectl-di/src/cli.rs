@@ -105,6 +105,9 @@ pub struct CreateArgs {
     /// GPUs per learner (with NAME).
     #[arg(long, conflicts_with = "filename")]
     pub gpus: Option<i32>,
+    /// Kueue LocalQueue every created job waits in (the label `kueue.x-k8s.io/queue-name`).
+    #[arg(long)]
+    pub queue: Option<String>,
     /// `client`: only check; `server`: check with the API server, store nothing.
     #[arg(long, value_enum, default_value_t = DryRun::None, num_args = 0..=1, default_missing_value = "client")]
     pub dry_run: DryRun,

@@ -18,6 +18,20 @@ use crate::{follow, manifest};
 
 /// The objects to create, each checked as the webhook would: from -f, or one job from the flags.
 fn documents(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut docs = unqueued(args)?;
+    if let Some(queue) = &args.queue {
+        for job in docs.iter_mut().filter(|d| d["kind"] == "DIJob") {
+            if !job["metadata"]["labels"].is_object() {
+                job["metadata"]["labels"] = json!({});
+            }
+            job["metadata"]["labels"][di_api::contract::kueue::QUEUE_NAME] = json!(queue);
+        }
+    }
+    Ok(docs)
+}
+
+/// The documents to create, as the file or the flags give them.
+fn unqueued(args: &CreateArgs) -> anyhow::Result<Vec<serde_json::Value>> {
     if let Some(file) = &args.filename {
         let bytes = if file == "-" {
             let mut bytes = vec![];
@@ -174,6 +188,8 @@ mod tests {
         assert_eq!(docs[0]["spec"]["learner"]["gpus"], 2);
         let err = documents(&args("kubectl-di create demo")).unwrap_err().to_string();
         assert_eq!(err, "--image is required to create demo without a file");
+        let queued = documents(&args("kubectl-di create demo --image ding --queue team-a")).unwrap();
+        assert_eq!(queued[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
 
         let argv = [
             "kubectl-di",

@@ -45,14 +45,18 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
     }
 }
 
-/// The phase, and what it waits for when the scheduler cannot place its pods (`Created
-/// (WaitingForCapacity)`), as kubectl shows a pod's reason in place of its phase.
+/// The phase, and what it waits for: its queue (`Created (Queued)`), or the scheduler that
+/// cannot place its pods (`Created (WaitingForCapacity)`), as kubectl shows a pod's reason in
+/// place of its phase.
 fn phase(job: &DIJob) -> String {
-    use di_core::status::WAITING_FOR_CAPACITY as WAITING;
+    use di_core::status::{QUEUED, WAITING_FOR_CAPACITY};
     let phase = job.status.as_ref().and_then(|s| s.phase).map_or_else(|| "Pending".into(), |p| format!("{p:?}"));
-    let waiting = job.status.iter().flat_map(|s| &s.conditions).find(|c| c.type_ == WAITING && c.status == "True");
+    let conditions: Vec<_> = job.status.iter().flat_map(|s| &s.conditions).collect();
+    let waiting = [QUEUED, WAITING_FOR_CAPACITY]
+        .into_iter()
+        .find(|kind| conditions.iter().any(|c| c.type_ == *kind && c.status == "True"));
     match waiting {
-        Some(_) => format!("{phase} ({WAITING})"),
+        Some(kind) => format!("{phase} ({kind})"),
         None => phase,
     }
 }
@@ -318,6 +322,8 @@ mod tests {
             json!({"phase": "Running", "conditions": [{"type": "WaitingForCapacity", "status": "False"}]}),
         );
         assert_eq!(phase(&placed), "Running");
+        let queued = job("j", "ns", json!({"phase": "Created", "conditions": [{"type": "Queued", "status": "True"}]}));
+        assert_eq!(phase(&queued), "Created (Queued)");
     }
 
     #[test]

@@ -140,6 +140,7 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             }
             Action::CreateWorkload(workload) => crate::workloads::create(ctx, job, workload).await?,
             Action::WriteWorkloadStatus(written) => crate::workloads::write_status(ctx, written).await?,
+            Action::DeleteWorkload { name, uid } => crate::workloads::delete(ctx, job, name, uid).await?,
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
                 // This job, not one submitted again under its name since.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use di_api::DIJob;
 use di_client::is_status;
 use futures::{Stream, StreamExt};
-use kube::api::{DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -116,6 +116,21 @@ pub async fn create(ctx: &Arc<Context>, job: &DIJob, workload: &serde_json::Valu
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 409) => Ok(()),
         Err(source) => Err(Error::Create { kind: "Workload".into(), name: object.name_any(), source }),
+    }
+}
+
+/// Deletes the Workload with this UID (not a newer one of the same name).
+pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str) -> Result<(), Error> {
+    let namespace = job.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &queue::workload_kind());
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(uid.to_owned()), ..Default::default() }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+        Err(source) => Err(Error::Delete { kind: "Workload".into(), name: name.to_owned(), source }),
     }
 }
 

@@ -78,6 +78,12 @@ pub enum Action {
     /// stored one at its resourceVersion (a newer write by Kueue wins, and the next pass reports
     /// again).
     WriteWorkloadStatus(Box<serde_json::Value>),
+    /// A waiting job's Workload made for another size than it asks now; the next pass makes it
+    /// anew.
+    DeleteWorkload {
+        name: String,
+        uid: String,
+    },
 }
 
 /// Why a pod is deleted, for events and metrics.

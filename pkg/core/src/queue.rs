@@ -194,6 +194,35 @@ pub fn workload(
     }))
 }
 
+/// Keeps the pods Kueue did not admit from being created: each podSet's members past its
+/// admitted count (a running job's collectors scaled up), and those of podSets it never saw.
+/// How many were held back.
+fn beyond_admission(workload: &Value, sets: &[PodSet], actions: &mut Vec<Action>) -> usize {
+    let counts: BTreeMap<&str, u64> = workload["spec"]["podSets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let name = s["name"].as_str().unwrap_or_default();
+            let assigned = workload["status"]["admission"]["podSetAssignments"]
+                .as_array()
+                .and_then(|a| a.iter().find(|a| a["name"] == name))
+                .and_then(|a| a["count"].as_u64());
+            (name, assigned.or(s["count"].as_u64()).unwrap_or(0))
+        })
+        .collect();
+    let over: std::collections::BTreeSet<&str> = sets
+        .iter()
+        .flat_map(|s| {
+            let admitted = counts.get(s.name.as_str()).copied().unwrap_or(0) as usize;
+            s.members.iter().skip(admitted).map(String::as_str)
+        })
+        .collect();
+    let before = actions.len();
+    actions.retain(|a| !matches!(a, Action::CreatePod(pod) if over.contains(pod.name_any().as_str())));
+    before - actions.len()
+}
+
 /// Puts each created pod where its podSet was admitted: the node labels and tolerations of the
 /// flavors Kueue assigned it.
 pub fn place(
@@ -360,8 +389,46 @@ pub fn attach(
         }
         return Ok(());
     };
-    if matches!(standing(name, queue), Standing::Admitted { .. }) {
-        place(job, workload, flavors, aggregator, settings, &mut plan.actions)?;
+    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    match standing(name, queue) {
+        Standing::Admitted { .. } => {
+            let over = beyond_admission(workload, &sets, &mut plan.actions);
+            if over > 0 {
+                let message = format!(
+                    "admitted from queue {name}; {over} pod(s) the job asks for beyond what Kueue admitted wait: \
+                     a queued job's pods never outgrow its admission (submit it again to be admitted at its new size)"
+                );
+                let now = world.now;
+                let conditions = &mut plan.status.conditions;
+                crate::status::set_condition_as_said(
+                    conditions,
+                    crate::status::QUEUED,
+                    false,
+                    "Admitted",
+                    &message,
+                    now,
+                );
+            }
+            place(job, workload, flavors, aggregator, settings, &mut plan.actions)?;
+        }
+        // Not admitted and no quota reserved: a Workload made for another size (the job was
+        // scaled while it waited) goes, and the next pass makes it anew.
+        Standing::Held { .. } if !is_true(workload, "QuotaReserved") && finished.is_none() => {
+            let asked: Vec<(String, u64)> = sets.iter().map(|s| (s.name.clone(), s.members.len() as u64)).collect();
+            let made: Vec<(String, u64)> = workload["spec"]["podSets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| (s["name"].as_str().unwrap_or_default().to_owned(), s["count"].as_u64().unwrap_or(0)))
+                .collect();
+            if asked != made {
+                let name = workload["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+                let uid = workload["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                plan.actions.push(Action::DeleteWorkload { name, uid });
+                return Ok(());
+            }
+        }
+        Standing::Held { .. } => {}
     }
     let status = &plan.status;
     let ready = status.replicas.is_some_and(|r| r > 0) && status.ready_replicas == status.replicas;

@@ -111,7 +111,7 @@ pub fn compute(job: &DIJob, pods: &[&Pod], facts: &Facts, now: Timestamp) -> DIJ
         set_condition(&mut conditions, SUSPENDED, facts.suspended, r, m, now);
     }
     if let Some((held, reason, message)) = &facts.queued {
-        set_condition(&mut conditions, QUEUED, *held, reason, message, now);
+        set_condition_as_said(&mut conditions, QUEUED, *held, reason, message, now);
     }
     if !facts.over_restart_limit.is_empty() || conditions.iter().any(|c| c.type_ == RESTART_LIMIT_EXCEEDED) {
         let limit = job.spec.restart_limit.unwrap_or_default();
@@ -283,6 +283,26 @@ fn ready_learners(pods: &[&Pod]) -> usize {
         })
         .count();
     single + aggregated
+}
+
+/// Sets a condition whose reason and message follow what they report (a queue's words change
+/// while the job waits): both are replaced, the transition time kept unless the status changes.
+pub fn set_condition_as_said(
+    conditions: &mut Vec<DIJobCondition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    set_condition(conditions, type_, status, reason, message, now);
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        let (reason, message) = (Some(reason.to_owned()), Some(message.to_owned()));
+        if c.reason != reason || c.message != message {
+            (c.reason, c.message) = (reason, message);
+            c.last_update_time = Some(Time(now));
+        }
+    }
 }
 
 /// Sets a condition, keeping its transition time unless its status changes.

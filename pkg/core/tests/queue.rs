@@ -187,3 +187,32 @@ fn without_kueue_a_queued_job_waits_and_says_why() {
     assert_eq!(queued.reason.as_deref(), Some("NoKueue"));
     assert!(queued.message.as_deref().unwrap().contains("install Kueue"));
 }
+
+#[test]
+fn collectors_scaled_past_the_admission_wait_and_say_so() {
+    // Admitted with 2 collectors; the job now asks for 4.
+    let admitted_job = queued_job(2);
+    let w = admitted(&admitted_job);
+    let grown = queued_job(4);
+    let (pods, services) = world_of(&admitted_job, |_| Some("Running"));
+    let plan = decide_in(&grown, &pods, &services, kueue(Some(w)));
+    assert!(created(&plan.actions).is_empty(), "no pod past the admission: {:?}", plan.actions);
+    let queued = condition(&plan, "Queued");
+    assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("False", Some("Admitted")));
+    assert!(queued.message.as_deref().unwrap().contains("2 pod(s)"), "{queued:?}");
+}
+
+#[test]
+fn a_waiting_job_scaled_gets_its_workload_made_anew() {
+    let made_for = queued_job(2);
+    let mut w = workload(&made_for, "team", None, &Settings::default()).unwrap();
+    w["metadata"]["uid"] = json!("workload-uid");
+    let plan = decide_in(&queued_job(5), &[], &[], kueue(Some(w.clone())));
+    let deleted = plan.actions.iter().any(
+        |a| matches!(a, Action::DeleteWorkload { name, uid } if *name == workload_name(&made_for) && uid == "workload-uid"),
+    );
+    assert!(deleted, "{:?}", plan.actions);
+    // The same size keeps it.
+    let same = decide_in(&made_for, &[], &[], kueue(Some(w)));
+    assert!(!same.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { .. })), "{:?}", same.actions);
+}

@@ -133,7 +133,7 @@ async fn validation_names_every_problem() {
         "spec.coordinator.template.spec.containers[0].ports[1].name: Duplicate value \"di-port\"",
         "spec.collector.template.spec.containers: Required value",
         "spec.learner.template.spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value \"0.5\"",
-        "spec.collector.replicas: Invalid value: -1",
+        "spec.collector.replicas: Invalid value: 5000",
     ] {
         assert!(message.contains(expected), "{expected:?} missing from {message:?}");
     }

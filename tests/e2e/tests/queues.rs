@@ -9,9 +9,10 @@ use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
 use di_e2e::controlplane::{ControlPlane, Options};
 use di_e2e::kueue;
 use di_e2e::nodes::real_nodes;
-use di_e2e::scenario::Scenario;
+use di_e2e::scenario::{Scenario, WAIT};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -214,6 +215,17 @@ async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
         assert_eq!(pods_of(&s, &job.name_any()).await, 0, "{} waits with no pod", job.name_any());
     }
     assert_eq!(pods_of(&s, &running).await, 2);
+
+    // Its collectors scaled past its admission: none more is created, and the job says why.
+    let patch = json!({"spec": {"collector": {"replicas": 3}}});
+    s.jobs.patch(&running, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let said = |job: Option<&DIJob>| {
+        job.and_then(queued)
+            .and_then(|c| c.message.as_deref())
+            .is_some_and(|m| m.contains("beyond what Kueue admitted"))
+    };
+    within(WAIT, "the job to say its collectors wait", await_condition(s.jobs.clone(), &running, said)).await.unwrap();
+    assert_eq!(pods_of(&s, &running).await, 2, "never more pods than admitted");
 
     // The running job ends: its Workload is finished, its quota given back, and the next starts.
     s.nodes.exit(&s.ns, &format!("{running}-coordinator"), 0).await;

@@ -122,7 +122,7 @@ async fn the_api_server_defaults_and_validates_through_the_webhook() {
     for expected in [
         "admission webhook \"vdijob.diengine.opendilab.org\" denied the request",
         "spec.cleanPodPolicy: Unsupported value \"Sometimes\": use one of \"Running\", \"All\", \"None\"",
-        "spec.collector.replicas: Invalid value: -1: must be between 0 and 1000",
+        "spec.collector.replicas: Invalid value: 5000: must be between 0 and 1000",
     ] {
         let log = webhooks.log();
         assert!(
