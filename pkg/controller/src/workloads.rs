@@ -8,6 +8,7 @@ use std::sync::Arc;
 use di_api::DIJob;
 use di_client::is_status;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -26,6 +27,8 @@ pub struct Kueue {
     pub workloads: Store<DynamicObject>,
     /// Every ResourceFlavor.
     pub flavors: Store<DynamicObject>,
+    /// Every PriorityClass, whose value a Workload carries.
+    pub priorities: Store<PriorityClass>,
 }
 
 /// Whether the API server serves Kueue's Workloads; said once, either way.
@@ -72,13 +75,23 @@ pub fn watch(
     let flavor_writer = reflector::store::Writer::new(flavor_kind.clone());
     let flavors = flavor_writer.as_reader();
     let flavor_api: Api<DynamicObject> = Api::all_with(client.clone(), &flavor_kind);
-    // Flavors trigger no pass: they matter when an admitted job's pods are created, which its
-    // Workload's admission triggers.
+    // Flavors and PriorityClasses trigger no pass: they matter when an admitted job's pods are
+    // created, or its Workload made, which the admission or the job itself triggers.
+    let (priorities, priority_writer) = reflector::store();
+    let priority_api: Api<PriorityClass> = Api::all(client.clone());
     let flavor_watch = watcher(flavor_api, watcher::Config::default())
         .backoff(backoff())
         .reflect(flavor_writer)
         .for_each(|_| std::future::ready(()));
-    (Kueue { workloads, flavors }, workload_stream, flavor_watch)
+    let priority_watch = watcher(priority_api, watcher::Config::default())
+        .backoff(backoff())
+        .modify(|p| p.metadata.managed_fields = None)
+        .reflect(priority_writer)
+        .for_each(|_| std::future::ready(()));
+    let both = async move {
+        futures::join!(flavor_watch, priority_watch);
+    };
+    (Kueue { workloads, flavors, priorities }, workload_stream, both)
 }
 
 /// The job a Workload belongs to: its controller reference's, in its namespace.
@@ -101,7 +114,10 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
         .map(|w| serde_json::to_value(&*w).unwrap_or_default());
     let flavors: BTreeMap<String, serde_json::Value> =
         kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
-    Some(Queue::Kueue { workload, flavors })
+    let class = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
+    let priority =
+        class.and_then(|c| kueue.priorities.get(&ObjectRef::new(c)).map(|p| (c.to_owned(), p.value.unwrap_or(0))));
+    Some(Queue::Kueue { workload, flavors, priority })
 }
 
 /// Makes the job's Workload; one that exists already is the job's (its name carries the job's

@@ -67,7 +67,10 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         for pod in world.pods.iter().filter(|p| !is_terminating(p)) {
             actions.push(delete_pod(pod, Why::Suspended));
         }
-        actions.extend(services.values().map(|s| delete_service(s)));
+        // A job its queue evicted keeps its Services, and the restart counts they hold.
+        if facts.suspended {
+            actions.extend(services.values().map(|s| delete_service(s)));
+        }
     } else {
         let wanted = desired::replicas(job, world.aggregator_config, settings)?;
         let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();

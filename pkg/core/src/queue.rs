@@ -64,9 +64,10 @@ pub fn workload_name(job: &DIJob) -> String {
 pub enum Queue {
     /// This cluster serves no Kueue Workloads: the job waits, saying so.
     NoKueue,
-    /// The job's Workload (`None` until it is made) and the ResourceFlavors by name (their
-    /// specs), which place an admitted job's pods.
-    Kueue { workload: Option<Value>, flavors: BTreeMap<String, Value> },
+    /// The job's Workload (`None` until it is made), the ResourceFlavors by name (their specs),
+    /// which place an admitted job's pods, and the job's PriorityClass with its value, which
+    /// orders the queue and lets a job preempt lower ones.
+    Kueue { workload: Option<Value>, flavors: BTreeMap<String, Value>, priority: Option<(String, i32)> },
 }
 
 /// Whether a Workload's condition `type_` is True.
@@ -171,10 +172,12 @@ fn wanted_pods(
     Ok(desired::replicas(job, aggregator, settings)?.into_iter().map(|r| r.pod).collect())
 }
 
-/// The job's Workload: owned by the job, in its queue, one podSet per role or task.
+/// The job's Workload: owned by the job, in its queue, one podSet per role or task, with its
+/// priority when its PriorityClass exists.
 pub fn workload(
     job: &DIJob,
     queue: &str,
+    priority: Option<&(String, i32)>,
     aggregator: Option<&di_api::AggregatorConfig>,
     settings: &Settings,
 ) -> Result<Value, BuildError> {
@@ -184,13 +187,18 @@ pub fn workload(
     let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
     let pod_sets: Vec<Value> =
         sets.iter().map(|s| json!({"name": s.name, "count": s.members.len(), "template": s.template})).collect();
+    let mut spec = json!({"queueName": queue, "podSets": pod_sets});
+    if let Some((class, value)) = priority {
+        spec["priorityClassRef"] = json!({"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": class});
+        spec["priority"] = json!(value);
+    }
     Ok(json!({
         "apiVersion": API_VERSION, "kind": "Workload",
         "metadata": {
             "name": workload_name(job), "namespace": job.namespace(), "labels": labels,
             "ownerReferences": [owner],
         },
-        "spec": {"queueName": queue, "podSets": pod_sets},
+        "spec": spec,
     }))
 }
 
@@ -381,11 +389,12 @@ pub fn attach(
     plan: &mut Plan,
 ) -> Result<(), BuildError> {
     let (Some(name), Some(queue)) = (queue_name(job), world.queue.as_ref()) else { return Ok(()) };
-    let Queue::Kueue { workload, flavors } = queue else { return Ok(()) };
+    let Queue::Kueue { workload, flavors, priority } = queue else { return Ok(()) };
     let finished = plan.status.phase.filter(|p| p.is_finished());
     let Some(workload) = workload else {
         if finished.is_none() {
-            plan.actions.insert(0, Action::CreateWorkload(Box::new(self::workload(job, name, aggregator, settings)?)));
+            let made = self::workload(job, name, priority.as_ref(), aggregator, settings)?;
+            plan.actions.insert(0, Action::CreateWorkload(Box::new(made)));
         }
         return Ok(());
     };

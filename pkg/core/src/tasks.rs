@@ -97,7 +97,10 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         actions.extend(cleanup(job, world));
     } else if facts.suspended || held.is_some() {
         actions.extend(world.pods.iter().copied().filter(live).map(|p| delete_pod(p, Why::Suspended)));
-        actions.extend(world.services.iter().map(|s| delete_service(s)));
+        // A job its queue evicted keeps its Service, and the restart count it holds.
+        if facts.suspended {
+            actions.extend(world.services.iter().map(|s| delete_service(s)));
+        }
     } else {
         // Failed pods go: alone, or with every other pod of the job.
         let restart_all = policy == JobRestartPolicy::Job && !failed.is_empty();

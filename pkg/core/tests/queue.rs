@@ -35,11 +35,11 @@ fn kueue(workload: Option<Value>) -> Queue {
         "a100".to_string(),
         json!({"nodeLabels": {"gpu": "a100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
     )]);
-    Queue::Kueue { workload, flavors }
+    Queue::Kueue { workload, flavors, priority: None }
 }
 
 fn admitted(job: &DIJob) -> Value {
-    let mut w = workload(job, "team", None, &Settings::default()).unwrap();
+    let mut w = workload(job, "team", None, None, &Settings::default()).unwrap();
     w["metadata"]["resourceVersion"] = json!("7");
     w["status"] = json!({
         "conditions": [
@@ -60,7 +60,7 @@ fn a_job_waits_with_no_pod_until_its_workload_is_made_and_admitted() {
     assert!(matches!(&first.actions[..], [Action::CreateWorkload(_)]), "{:?}", first.actions);
     assert_eq!(condition(&first, "Queued").status, "True");
 
-    let mut pending = workload(&job, "team", None, &Settings::default()).unwrap();
+    let mut pending = workload(&job, "team", None, None, &Settings::default()).unwrap();
     pending["status"] = json!({"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
         "message": "couldn't assign flavors to pod set collector: insufficient quota", "lastTransitionTime": "2026-11-22T09:00:00Z"}]});
     let waiting = decide_in(&job, &[], &[], kueue(Some(pending)));
@@ -74,12 +74,19 @@ fn a_job_waits_with_no_pod_until_its_workload_is_made_and_admitted() {
 #[test]
 fn the_workload_has_a_pod_set_per_role_owned_by_the_job() {
     let job = queued_job(3);
-    let w = workload(&job, "team", None, &Settings::default()).unwrap();
+    let w = workload(&job, "team", None, None, &Settings::default()).unwrap();
     assert_eq!(w["metadata"]["name"], workload_name(&job));
     assert_eq!(w["metadata"]["ownerReferences"][0]["uid"], "job-uid");
     assert_eq!(w["metadata"]["ownerReferences"][0]["controller"], true);
     assert_eq!(w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"], "job-uid");
     assert_eq!(w["spec"]["queueName"], "team");
+    assert!(w["spec"]["priorityClassRef"].is_null(), "no class, no priority");
+    let ranked = workload(&job, "team", Some(&("high".into(), 1000)), None, &Settings::default()).unwrap();
+    assert_eq!(
+        ranked["spec"]["priorityClassRef"],
+        json!({"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"})
+    );
+    assert_eq!(ranked["spec"]["priority"], 1000);
     let sets: Vec<(String, u64)> = w["spec"]["podSets"]
         .as_array()
         .unwrap()
@@ -155,6 +162,10 @@ fn an_evicted_job_loses_its_pods_then_gives_its_admission_back() {
     assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("True", Some("Evicted")));
     let deleted = evicting.actions.iter().filter(|a| matches!(a, Action::DeletePod { .. })).count();
     assert_eq!(deleted, pods.len(), "every pod goes");
+    assert!(
+        !evicting.actions.iter().any(|a| matches!(a, Action::DeleteService { .. })),
+        "the Services stay, with the restart counts they hold"
+    );
     // Nothing is given back while a pod still runs.
     assert!(!evicting.actions.iter().any(|a| matches!(a, Action::WriteWorkloadStatus(_))));
 
@@ -205,7 +216,7 @@ fn collectors_scaled_past_the_admission_wait_and_say_so() {
 #[test]
 fn a_waiting_job_scaled_gets_its_workload_made_anew() {
     let made_for = queued_job(2);
-    let mut w = workload(&made_for, "team", None, &Settings::default()).unwrap();
+    let mut w = workload(&made_for, "team", None, None, &Settings::default()).unwrap();
     w["metadata"]["uid"] = json!("workload-uid");
     let plan = decide_in(&queued_job(5), &[], &[], kueue(Some(w.clone())));
     let deleted = plan.actions.iter().any(

@@ -11,6 +11,7 @@ use di_e2e::kueue;
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, ResourceExt};
@@ -26,8 +27,8 @@ fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
     }
 }
 
-/// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace and a
-/// LocalQueue `queue` of it in `ns`.
+/// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace, whose
+/// workloads preempt lower-priority ones, and a LocalQueue `queue` of it in `ns`.
 async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]) {
     let create = |kind: &'static str, plural: &str, namespace: Option<&str>, object: serde_json::Value| {
         let resource = kueue_kind(kind, plural);
@@ -51,7 +52,7 @@ async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]
     .await;
     create("ClusterQueue", "clusterqueues", None, json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team"},
-        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+        "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"}, "resourceGroups": [{
             "coveredResources": quota.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
             "flavors": [{"name": "default", "resources": quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect::<Vec<_>>()}],
         }]},
@@ -150,6 +151,11 @@ async fn kueue_runs_beside_the_control_plane_and_admits_within_its_quota() {
 /// A role job in `queue`: a coordinator and one collector of one CPU each (and the sidecar's
 /// 10m beside the coordinator).
 async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
+    submit_ranked(s, name, queue, None).await;
+}
+
+/// As [`submit_queued`], of PriorityClass `class` when given.
+async fn submit_ranked(s: &Scenario, name: &str, queue: &str, class: Option<&str>) {
     let mut container = s.nodes.container();
     container["resources"] = json!({"requests": {"cpu": "1"}});
     let pod = json!({"containers": [container]});
@@ -158,6 +164,10 @@ async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
         "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
         "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": 1, "template": {"spec": pod}}},
     });
+    let mut job = job;
+    if let Some(class) = class {
+        job["spec"]["priorityClassName"] = json!(class);
+    }
     s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
 }
 
@@ -237,6 +247,45 @@ async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
         jobs.iter().filter(|j| queued(j).is_some_and(|c| c.status == "True")).map(|j| j.name_any()).collect();
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert_eq!(pods_of(&s, &waiting[0]).await, 0);
+    drop(s);
+    plane.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
+    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    let classes: Api<PriorityClass> = Api::all(cluster.client.clone());
+    for (name, value) in [("di-low", 10), ("di-high", 1000)] {
+        let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value});
+        classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
+    }
+    let s = Box::pin(Scenario::on(cluster, "preempt", &[])).await;
+    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
+    submit_ranked(&s, "low", "team-queue", Some("di-low")).await;
+    s.wait_phase("low", Phase::Running).await;
+
+    // Room for one of them: the higher one takes it, the lower one loses its pods and waits.
+    submit_ranked(&s, "high", "team-queue", Some("di-high")).await;
+    s.wait_phase("high", Phase::Running).await;
+    let evicted = s.jobs.get("low").await.unwrap();
+    let held = queued(&evicted).expect("a Queued condition");
+    assert_eq!(held.status, "True", "{held:?}");
+    within(WAIT, "the lower job's pods to go", async {
+        while pods_of(&s, "low").await > 0 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    let params = ListParams::default().labels(&format!("{}=low", di_api::contract::labels::JOB_NAME));
+    assert!(!s.services.list(&params).await.unwrap().items.is_empty(), "its Services stay, with its restart counts");
+
+    // The higher one ends: the lower one is admitted again and runs to its end.
+    s.nodes.exit(&s.ns, "high-coordinator", 0).await;
+    s.wait_phase("high", Phase::Succeeded).await;
+    s.wait_phase("low", Phase::Running).await;
+    s.nodes.exit(&s.ns, "low-coordinator", 0).await;
+    s.wait_phase("low", Phase::Succeeded).await;
     drop(s);
     plane.stop().await;
 }
