@@ -189,7 +189,30 @@ async fn record_status(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) ->
     if let (Some(why), None) = (waiting(Some(status)), waiting(job.status.as_ref())) {
         publish_on(ctx, job, EventType::Warning, "WaitingForCapacity", "Schedule", Some(why));
     }
+    queue_event(ctx, job, status);
     Ok(None)
+}
+
+/// An event each time the job's standing in its queue changes: queued (Normal `Queued`),
+/// admitted (Normal `Admitted`), evicted or without Kueue (Warning `Evicted`, `NoKueue`), with
+/// the condition's words.
+fn queue_event(ctx: &Arc<Context>, job: &DIJob, status: &DIJobStatus) {
+    let reason_of = |s: Option<&DIJobStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == status::QUEUED))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (Some((Some(reason), message)), before) = (reason_of(Some(status)), reason_of(job.status.as_ref())) else {
+        return;
+    };
+    if before.and_then(|(r, _)| r).as_deref() == Some(reason.as_str()) {
+        return;
+    }
+    let (kind, event) = match reason.as_str() {
+        "Pending" => (EventType::Normal, "Queued"),
+        "Admitted" => (EventType::Normal, "Admitted"),
+        other => (EventType::Warning, other),
+    };
+    publish_on(ctx, job, kind, event, "Queue", message);
 }
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.

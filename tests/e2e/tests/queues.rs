@@ -5,12 +5,14 @@ use std::time::Duration;
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::{DIJob, DIJobCondition, Phase};
 use di_e2e::binaries::{self, Unavailable};
+use di_e2e::capacity::{self, NodeShape};
 use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
 use di_e2e::controlplane::{ControlPlane, Options};
 use di_e2e::kueue;
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
@@ -30,6 +32,17 @@ fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
 /// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace, whose
 /// workloads preempt lower-priority ones, and a LocalQueue `queue` of it in `ns`.
 async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]) {
+    flavored_queue_of(client, ns, queue, quota, json!({})).await;
+}
+
+/// As [`queue_of`], its flavor's nodes those labelled `node_labels`.
+async fn flavored_queue_of(
+    client: &Client,
+    ns: &str,
+    queue: &str,
+    quota: &[(&str, &str)],
+    node_labels: serde_json::Value,
+) {
     let create = |kind: &'static str, plural: &str, namespace: Option<&str>, object: serde_json::Value| {
         let resource = kueue_kind(kind, plural);
         let api: Api<DynamicObject> = match namespace {
@@ -47,6 +60,7 @@ async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]
         None,
         json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"},
+            "spec": {"nodeLabels": node_labels},
         }),
     )
     .await;
@@ -279,6 +293,22 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
     .await;
     let params = ListParams::default().labels(&format!("{}=low", di_api::contract::labels::JOB_NAME));
     assert!(!s.services.list(&params).await.unwrap().items.is_empty(), "its Services stay, with its restart counts");
+    let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &s.ns);
+    within(WAIT, "a Warning event saying the job was evicted", async {
+        loop {
+            let all = events.list(&ListParams::default()).await.unwrap().items;
+            let said = all.iter().any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("low")
+                    && e.reason.as_deref() == Some("Evicted")
+                    && e.type_.as_deref() == Some("Warning")
+            });
+            if said {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
 
     // The higher one ends: the lower one is admitted again and runs to its end.
     s.nodes.exit(&s.ns, "high-coordinator", 0).await;
@@ -286,6 +316,33 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
     s.wait_phase("low", Phase::Running).await;
     s.nodes.exit(&s.ns, "low-coordinator", 0).await;
     s.wait_phase("low", Phase::Succeeded).await;
+    drop(s);
+    plane.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
+    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    // The flavor's node: the only one its labels select.
+    let mut node =
+        NodeShape { name: "fast-node".into(), cpu: "8".into(), memory: "64Gi".into(), ..NodeShape::default() };
+    node.labels.insert("di-e2e/flavor".into(), "fast".into());
+    capacity::register(&cluster.client, &node).await.unwrap();
+    let s = Box::pin(Scenario::on(cluster, "flavors", &[])).await;
+    let quota = [("cpu", "3"), ("memory", "100Gi")];
+    flavored_queue_of(&s.cluster.client, &s.ns, "team-queue", &quota, json!({"di-e2e/flavor": "fast"})).await;
+    submit_queued(&s, "placed", "team-queue").await;
+    s.wait_phase("placed", Phase::Running).await;
+    let params = ListParams::default().labels(&format!("{}=placed", di_api::contract::labels::JOB_NAME));
+    let pods = s.pods.list(&params).await.unwrap().items;
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let selector = spec.node_selector.clone().unwrap_or_default();
+        assert_eq!(selector.get("di-e2e/flavor").map(String::as_str), Some("fast"), "{}", pod.name_any());
+        assert_eq!(spec.node_name.as_deref(), Some("fast-node"), "{} runs on the flavor's node", pod.name_any());
+    }
     drop(s);
     plane.stop().await;
 }
