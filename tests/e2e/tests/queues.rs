@@ -8,13 +8,14 @@ use di_e2e::binaries::{self, Unavailable};
 use di_e2e::capacity::{self, NodeShape};
 use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
 use di_e2e::controlplane::{ControlPlane, Options};
+use di_e2e::history::{created_once, pod_uids};
 use di_e2e::kueue;
 use di_e2e::nodes::real_nodes;
-use di_e2e::scenario::{Scenario, WAIT};
+use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -343,6 +344,51 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
         assert_eq!(selector.get("di-e2e/flavor").map(String::as_str), Some("fast"), "{}", pod.name_any());
         assert_eq!(spec.node_name.as_deref(), Some("fast-node"), "{} runs on the flavor's node", pod.name_any());
     }
+    drop(s);
+    plane.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_nothing() {
+    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    let mut s = Box::pin(Scenario::on(cluster, "admit-crash", &[])).await;
+    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue_kind("Workload", "workloads"));
+    let created = pod_uids(&s.pods).await;
+    submit_queued(&s, "sturdy", "team-queue").await;
+    // Killed the moment its Workload exists: before, or while, Kueue admits it.
+    let first = within(WAIT, "the job's Workload", async {
+        loop {
+            if let Some(w) = workloads.list(&ListParams::default()).await.unwrap().items.pop() {
+                return w;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    s.orchestrator.kill().await;
+    s.orchestrator.restart().await;
+    s.wait_phase("sturdy", Phase::Running).await;
+    let expected = names("sturdy", &["coordinator", "collector-0"]);
+    let pods = s.wait_pods("sturdy", &expected).await;
+    created_once(&created, &pods, &expected, "after a restart during admission");
+    let all = workloads.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all.len(), 1, "one Workload");
+    assert_eq!(all[0].uid(), first.uid(), "the one made before the kill, not made again");
+
+    // Deleted, the job takes its Workload, pods and Services with it.
+    s.jobs.delete("sturdy", &DeleteParams::foreground()).await.unwrap();
+    within(WAIT, "the job to be gone", async {
+        while s.jobs.get_opt("sturdy").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(workloads.list(&ListParams::default()).await.unwrap().items.is_empty(), "its Workload went with it");
+    assert!(s.pods.list(&ListParams::default()).await.unwrap().items.is_empty());
+    assert!(s.services.list(&ListParams::default()).await.unwrap().items.is_empty());
     drop(s);
     plane.stop().await;
 }
