@@ -1,0 +1,91 @@
+//! What the orchestrator writes to a queued job's Workload status for Kueue.
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::{condition, is_true};
+
+/// What the orchestrator tells Kueue of its job: the Workload's status with the conditions it
+/// owns brought up to date (`PodsReady`, `Finished`), and after an eviction whose pods are gone,
+/// the admission given back. `None` when the stored status already says all of it.
+pub fn report(
+    workload: &Value,
+    ready: bool,
+    finished: Option<bool>,
+    pods_active: bool,
+    now: Timestamp,
+) -> Option<Value> {
+    let mut status = workload["status"].clone();
+    if !status.is_object() {
+        status = json!({});
+    }
+    let generation = workload["metadata"]["generation"].clone();
+    let evicted = condition(workload, "Evicted").filter(|c| c["status"] == "True").cloned();
+    if let Some(success) = finished {
+        let reason = if success { "Succeeded" } else { "Failed" };
+        set(
+            &mut status,
+            "Finished",
+            true,
+            reason,
+            &format!("the DIJob has {}", reason.to_lowercase()),
+            &generation,
+            now,
+        );
+    } else if let Some(evicted) = evicted {
+        if pods_active || !is_true(workload, "QuotaReserved") {
+            return None;
+        }
+        // Kueue's own controllers acknowledge an eviction so: quota and admission go together.
+        let reason = evicted["reason"].as_str().unwrap_or("Evicted").to_owned();
+        let requeued = matches!(reason.as_str(), "Preempted" | "NodeFailures");
+        set(
+            &mut status,
+            "QuotaReserved",
+            false,
+            "Pending",
+            "the job's pods are gone after its eviction",
+            &generation,
+            now,
+        );
+        set(&mut status, "Admitted", false, "NoReservation", "The workload has no reservation", &generation, now);
+        set(&mut status, "Requeued", requeued, &reason, "the job waits to be admitted again", &generation, now);
+        status["admission"] = Value::Null;
+    } else if is_true(workload, "Admitted") {
+        let (reason, message) = if ready {
+            ("Started", "every pod of the job is ready")
+        } else {
+            ("WaitForStart", "the job's pods are starting")
+        };
+        set(&mut status, "PodsReady", ready, reason, message, &generation, now);
+    }
+    (status != workload["status"]).then_some(status)
+}
+
+/// Sets condition `type_` of a Workload's status in place; an unchanged condition is left as
+/// it was written (its transition time and generation), so an unchanged report writes nothing.
+fn set(status: &mut Value, type_: &str, value: bool, reason: &str, message: &str, generation: &Value, now: Timestamp) {
+    let wanted = if value { "True" } else { "False" };
+    let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    let at = conditions.iter().position(|c| c["type"] == type_);
+    let previous = at.map(|i| conditions[i].clone());
+    if previous.as_ref().is_some_and(|p| p["status"] == wanted && p["reason"] == reason && p["message"] == message) {
+        return;
+    }
+    let transition = match &previous {
+        Some(p) if p["status"] == wanted => p["lastTransitionTime"].clone(),
+        _ => json!(now.to_string()),
+    };
+    let mut condition = json!({
+        "type": type_, "status": wanted, "reason": reason, "message": message,
+        "lastTransitionTime": transition,
+    });
+    if !generation.is_null() {
+        condition["observedGeneration"] = generation.clone();
+    }
+    match at {
+        Some(i) => conditions[i] = condition,
+        None => conditions.push(condition),
+    }
+    status["conditions"] = Value::Array(conditions);
+}

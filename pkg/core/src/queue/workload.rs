@@ -1,0 +1,166 @@
+//! A queued job's Workload as Kueue reads it: its pods grouped into podSets, the Workload made
+//! of them, and, once admitted, its pods held to the admitted counts and placed by the flavors.
+
+use std::collections::BTreeMap;
+
+use di_api::DIJob;
+use di_api::contract::labels;
+use di_api::tasks::TASK_LABEL;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use super::{API_VERSION, JOB_UID_LABEL, workload_name};
+use crate::decision::Action;
+use crate::desired::{self, BuildError, Settings, job_labels};
+
+/// One podSet of the Workload: pods of one role (or task) and one shape.
+pub(super) struct PodSet {
+    pub(super) name: String,
+    template: Value,
+    pub(super) members: Vec<String>,
+}
+
+/// The job's pods grouped into podSets: by task, or by role; a role whose pods differ in
+/// resources (DDP learners splitting a learner's GPUs unevenly) is one podSet per shape, so the
+/// quota Kueue counts is what the pods request.
+pub(super) fn pod_sets(pods: &[Pod]) -> Vec<PodSet> {
+    let mut sets: Vec<PodSet> = vec![];
+    let mut shapes: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in pods {
+        let group = pod
+            .labels()
+            .get(TASK_LABEL)
+            .or_else(|| pod.labels().get(labels::REPLICA_TYPE))
+            .cloned()
+            .unwrap_or_else(|| "main".into());
+        let spec = pod.spec.clone().unwrap_or_default();
+        let resources: Vec<_> = spec.containers.iter().map(|c| c.resources.clone()).collect();
+        let shape = serde_json::to_string(&(&group, resources)).unwrap_or_default();
+        match shapes.get(&shape) {
+            Some(&i) => sets[i].members.push(pod.name_any()),
+            None => {
+                let same_group =
+                    sets.iter().filter(|s| s.name == group || s.name.starts_with(&format!("{group}-"))).count();
+                let name = if same_group == 0 { group.clone() } else { format!("{group}-{}", same_group + 1) };
+                let metadata = json!({"labels": pod.labels(), "annotations": pod.annotations()});
+                let template = json!({"metadata": metadata, "spec": spec});
+                shapes.insert(shape, sets.len());
+                sets.push(PodSet { name, template, members: vec![pod.name_any()] });
+            }
+        }
+    }
+    sets
+}
+
+/// Every pod the job asks for, as built for it (the pods' names, labels and resources are all
+/// the Workload needs).
+pub(super) fn wanted_pods(
+    job: &DIJob,
+    aggregator: Option<&di_api::AggregatorConfig>,
+    settings: &Settings,
+) -> Result<Vec<Pod>, BuildError> {
+    if job.spec.is_task_job() {
+        return Ok(desired::task_objects(job, settings)?.pods.into_iter().map(|p| p.pod).collect());
+    }
+    Ok(desired::replicas(job, aggregator, settings)?.into_iter().map(|r| r.pod).collect())
+}
+
+/// The job's Workload: owned by the job, in its queue, one podSet per role or task, with its
+/// priority when its PriorityClass exists.
+pub fn workload(
+    job: &DIJob,
+    queue: &str,
+    priority: Option<&(String, i32)>,
+    aggregator: Option<&di_api::AggregatorConfig>,
+    settings: &Settings,
+) -> Result<Value, BuildError> {
+    let owner = desired::owner_reference(job, &settings.owner_version)?;
+    let mut labels = job_labels(&job.name_any(), None);
+    labels.insert(JOB_UID_LABEL.into(), job.uid().unwrap_or_default());
+    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    let pod_sets: Vec<Value> =
+        sets.iter().map(|s| json!({"name": s.name, "count": s.members.len(), "template": s.template})).collect();
+    let mut spec = json!({"queueName": queue, "podSets": pod_sets});
+    if let Some((class, value)) = priority {
+        spec["priorityClassRef"] = json!({"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": class});
+        spec["priority"] = json!(value);
+    }
+    Ok(json!({
+        "apiVersion": API_VERSION, "kind": "Workload",
+        "metadata": {
+            "name": workload_name(job), "namespace": job.namespace(), "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": spec,
+    }))
+}
+
+/// Keeps the pods Kueue did not admit from being created: each podSet's members past its
+/// admitted count (a running job's collectors scaled up), and those of podSets it never saw.
+/// How many were held back.
+pub(super) fn beyond_admission(workload: &Value, sets: &[PodSet], actions: &mut Vec<Action>) -> usize {
+    let counts: BTreeMap<&str, u64> = workload["spec"]["podSets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let name = s["name"].as_str().unwrap_or_default();
+            let assigned = workload["status"]["admission"]["podSetAssignments"]
+                .as_array()
+                .and_then(|a| a.iter().find(|a| a["name"] == name))
+                .and_then(|a| a["count"].as_u64());
+            (name, assigned.or(s["count"].as_u64()).unwrap_or(0))
+        })
+        .collect();
+    let over: std::collections::BTreeSet<&str> = sets
+        .iter()
+        .flat_map(|s| {
+            let admitted = counts.get(s.name.as_str()).copied().unwrap_or(0) as usize;
+            s.members.iter().skip(admitted).map(String::as_str)
+        })
+        .collect();
+    let before = actions.len();
+    actions.retain(|a| !matches!(a, Action::CreatePod(pod) if over.contains(pod.name_any().as_str())));
+    before - actions.len()
+}
+
+/// Puts each created pod where its podSet was admitted: the node labels and tolerations of the
+/// flavors Kueue assigned it.
+pub fn place(
+    job: &DIJob,
+    workload: &Value,
+    flavors: &BTreeMap<String, Value>,
+    aggregator: Option<&di_api::AggregatorConfig>,
+    settings: &Settings,
+    actions: &mut [Action],
+) -> Result<(), BuildError> {
+    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    let set_of: BTreeMap<&str, &str> =
+        sets.iter().flat_map(|s| s.members.iter().map(move |m| (m.as_str(), s.name.as_str()))).collect();
+    let assignments = workload["status"]["admission"]["podSetAssignments"].as_array().cloned().unwrap_or_default();
+    for action in actions.iter_mut() {
+        let Action::CreatePod(pod) = action else { continue };
+        let Some(set) = set_of.get(pod.name_any().as_str()) else { continue };
+        let Some(assignment) = assignments.iter().find(|a| a["name"] == *set) else { continue };
+        let names = assignment["flavors"].as_object().map(|f| f.values().filter_map(Value::as_str).collect::<Vec<_>>());
+        let spec = pod.spec.get_or_insert_default();
+        for flavor in names.unwrap_or_default().into_iter().filter_map(|n| flavors.get(n)) {
+            if let Some(node_labels) = flavor["nodeLabels"].as_object() {
+                let selector = spec.node_selector.get_or_insert_default();
+                for (k, v) in node_labels {
+                    selector.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+                }
+            }
+            for toleration in flavor["tolerations"].as_array().into_iter().flatten() {
+                if let Ok(toleration) = serde_json::from_value(toleration.clone()) {
+                    let tolerations = spec.tolerations.get_or_insert_default();
+                    if !tolerations.contains(&toleration) {
+                        tolerations.push(toleration);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
