@@ -139,8 +139,10 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
                 delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
             }
             Action::CreateWorkload(workload) => crate::workloads::create(ctx, job, workload).await?,
-            Action::WriteWorkloadStatus(written) => crate::workloads::write_status(ctx, written).await?,
-            Action::DeleteWorkload { name, uid } => crate::workloads::delete(ctx, job, name, uid).await?,
+            Action::WriteWorkloadStatus(written) => crate::workloads::write_status(ctx, job, written).await?,
+            Action::DeleteWorkload { name, uid, resource_version } => {
+                crate::workloads::delete(ctx, job, name, uid, resource_version).await?
+            }
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
                 // This job, not one submitted again under its name since.

@@ -109,6 +109,8 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         // The RBAC is made before its coordinator, so a coordinator that exists has it.
         Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => !unseen_pods.contains(&coordinator),
         Action::CreateService(service) => !unseen_services.contains(&service.name_any()),
+        // What the pods do is reported once the cache shows every pod this process created.
+        Action::WriteWorkloadStatus(_) => unseen_pods.is_empty(),
         _ => true,
     });
     let cache_behind = plan.actions.len() < planned;

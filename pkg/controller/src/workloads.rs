@@ -10,10 +10,11 @@ use di_client::is_status;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::context::Context;
 use crate::desired::managed_selector;
@@ -136,11 +137,14 @@ pub async fn create(ctx: &Arc<Context>, job: &DIJob, workload: &serde_json::Valu
 }
 
 /// Deletes the Workload with this UID (not a newer one of the same name).
-pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str) -> Result<(), Error> {
+pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, version: &str) -> Result<(), Error> {
     let namespace = job.namespace().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &queue::workload_kind());
     let params = DeleteParams {
-        preconditions: Some(Preconditions { uid: Some(uid.to_owned()), ..Default::default() }),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: Some(version.to_owned()).filter(|v| !v.is_empty()),
+        }),
         ..Default::default()
     };
     match api.delete(name, &params).await {
@@ -153,7 +157,7 @@ pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str) -> R
 /// Writes the status the orchestrator reports to Kueue over the stored one, at the
 /// resourceVersion it was read at: a Workload Kueue has changed since is left to the next pass,
 /// which reports again on what Kueue wrote.
-pub async fn write_status(ctx: &Arc<Context>, written: &serde_json::Value) -> Result<(), Error> {
+pub async fn write_status(ctx: &Arc<Context>, job: &DIJob, written: &serde_json::Value) -> Result<(), Error> {
     let name = written["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let namespace = written["metadata"]["namespace"].as_str().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &queue::workload_kind());
@@ -163,6 +167,13 @@ pub async fn write_status(ctx: &Arc<Context>, written: &serde_json::Value) -> Re
     match api.replace_status(&name, &PostParams::default(), &object).await {
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
-        Err(source) => Err(Error::WriteWorkload { name, source }),
+        // Refused (RBAC, Kueue's checks): said on the job, and the pass goes on to its pods,
+        // which a report must not hold up; the next pass reports again.
+        Err(source) => {
+            let error = Error::WriteWorkload { name, source };
+            warn!(job = %job.name_any(), "{error}");
+            crate::context::publish_on(ctx, job, EventType::Warning, &error.kind(), "Report", Some(error.to_string()));
+            Ok(())
+        }
     }
 }

@@ -83,6 +83,8 @@ pub enum Action {
     DeleteWorkload {
         name: String,
         uid: String,
+        /// As read: one Kueue has since admitted is not deleted.
+        resource_version: String,
     },
 }
 

@@ -29,6 +29,8 @@ pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 /// The label Kueue finds a Workload's job by.
 const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
+/// The most podSets a Kueue Workload holds.
+const MAX_POD_SETS: usize = 8;
 
 fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -137,6 +139,10 @@ pub fn held(job: &DIJob, world: &World) -> Option<(&'static str, String)> {
 /// a job in no queue.
 pub fn queued_condition(job: &DIJob, world: &World) -> Option<(bool, String, String)> {
     let (name, queue) = (queue_name(job)?, world.queue.as_ref()?);
+    // Finished: its Workload may be gone (Kueue's retention), which says nothing of a queue now.
+    if job.status.as_ref().and_then(|s| s.phase).is_some_and(Phase::is_finished) {
+        return None;
+    }
     Some(match standing(name, queue) {
         Standing::Held { reason, message } => (true, reason.to_owned(), message),
         Standing::Admitted { cluster_queue } => {
@@ -158,14 +164,31 @@ pub fn attach(
     let (Some(name), Some(queue)) = (queue_name(job), world.queue.as_ref()) else { return Ok(()) };
     let Queue::Kueue { workload, flavors, priority } = queue else { return Ok(()) };
     let finished = plan.status.phase.filter(|p| p.is_finished());
+    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
     let Some(workload) = workload else {
-        if finished.is_none() {
+        let say = |plan: &mut Plan, reason: &str, message: String| {
+            let conditions = &mut plan.status.conditions;
+            crate::status::set_condition_as_said(conditions, crate::status::QUEUED, true, reason, &message, world.now);
+        };
+        if finished.is_some() {
+            return Ok(());
+        }
+        if let Some(config) = &world.missing_aggregator_config {
+            // Its learners cannot be built yet: a Workload without them would be admitted short.
+            say(plan, "Pending", format!("the job's Workload waits for its learners' AggregatorConfig {config}"));
+        } else if sets.len() > MAX_POD_SETS {
+            let message = format!(
+                "the job has {} kinds of pods (tasks, or roles and their shapes) and a Kueue Workload holds at most \
+                 {MAX_POD_SETS}: merge tasks, or remove the label {QUEUE_LABEL}",
+                sets.len()
+            );
+            say(plan, "TooManyPodSets", message);
+        } else {
             let made = self::workload(job, name, priority.as_ref(), aggregator, settings)?;
             plan.actions.insert(0, Action::CreateWorkload(Box::new(made)));
         }
         return Ok(());
     };
-    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
     match standing(name, queue) {
         Standing::Admitted { .. } => {
             let over = beyond_admission(workload, &sets, &mut plan.actions);
@@ -200,14 +223,21 @@ pub fn attach(
             if asked != made {
                 let name = workload["metadata"]["name"].as_str().unwrap_or_default().to_owned();
                 let uid = workload["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
-                plan.actions.push(Action::DeleteWorkload { name, uid });
+                let resource_version = workload["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+                plan.actions.push(Action::DeleteWorkload { name, uid, resource_version });
                 return Ok(());
             }
         }
         Standing::Held { .. } => {}
     }
     let status = &plan.status;
-    let ready = status.replicas.is_some_and(|r| r > 0) && status.ready_replicas == status.replicas;
+    // Ready: every pod that may run (the job's, up to what was admitted) is ready or has ended
+    // well; a collector that finished early leaves the job no less ready.
+    let admitted: u64 =
+        workload["spec"]["podSets"].as_array().into_iter().flatten().filter_map(|s| s["count"].as_u64()).sum();
+    let may_run = status.replicas.map_or(0, |r| r.max(0) as u64).min(admitted);
+    let done = world.pods.iter().filter(|p| crate::status::pod_phase(p) == "Succeeded").count() as u64;
+    let ready = may_run > 0 && status.ready_replicas.map_or(0, |r| r.max(0) as u64) + done >= may_run;
     let active = world.pods.iter().any(|p| crate::status::is_active(p));
     let outcome = finished.map(|p| p == Phase::Succeeded);
     if let Some(reported) = report(workload, ready, outcome, active, world.now) {

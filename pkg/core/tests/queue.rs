@@ -220,10 +220,61 @@ fn a_waiting_job_scaled_gets_its_workload_made_anew() {
     w["metadata"]["uid"] = json!("workload-uid");
     let plan = decide_in(&queued_job(5), &[], &[], kueue(Some(w.clone())));
     let deleted = plan.actions.iter().any(
-        |a| matches!(a, Action::DeleteWorkload { name, uid } if *name == workload_name(&made_for) && uid == "workload-uid"),
+        |a| matches!(a, Action::DeleteWorkload { name, uid, .. } if *name == workload_name(&made_for) && uid == "workload-uid"),
     );
     assert!(deleted, "{:?}", plan.actions);
     // The same size keeps it.
     let same = decide_in(&made_for, &[], &[], kueue(Some(w)));
     assert!(!same.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { .. })), "{:?}", same.actions);
+}
+
+#[test]
+fn a_ready_job_that_loses_a_pod_waits_for_recovery_not_for_its_start() {
+    let job = queued_job(1);
+    let mut w = admitted(&job);
+    w["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "PodsReady", "status": "True",
+        "reason": "Started", "message": "every pod of the job is ready", "lastTransitionTime": "2026-11-22T09:10:00Z"}));
+    let lost = report(&w, false, None, true, now()).expect("reported");
+    let pods_ready = lost["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodsReady").unwrap().clone();
+    assert_eq!(
+        (pods_ready["status"].as_str(), pods_ready["reason"].as_str()),
+        (Some("False"), Some("WaitForRecovery"))
+    );
+    let mut written = w.clone();
+    written["status"] = lost;
+    let back = report(&written, true, None, true, now()).expect("reported");
+    let pods_ready = back["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodsReady").unwrap().clone();
+    assert_eq!((pods_ready["status"].as_str(), pods_ready["reason"].as_str()), (Some("True"), Some("Recovered")));
+    // A Workload with no status yet gets none written for nothing.
+    let mut bare = w.clone();
+    bare["status"] = Value::Null;
+    assert_eq!(report(&bare, false, None, false, now()), None);
+}
+
+#[test]
+fn task_names_never_collide_with_a_second_shape_and_too_many_pod_sets_are_refused_by_name() {
+    let task = |name: &str, cpu: &str| {
+        json!({"name": name, "type": "learner", "replicas": 1, "template": {"spec":
+        {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}}})
+    };
+    let mesh = |tasks: Vec<Value>| {
+        let mut job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "mesh", "namespace": "ns", "uid": "mesh-uid", "labels": {QUEUE_LABEL: "team"}},
+            "spec": {"tasks": tasks},
+        }))
+        .unwrap();
+        di_api::defaults::default_dijob(&mut job);
+        job
+    };
+    let job = mesh(vec![task("a-2", "1"), task("a", "1")]);
+    let w = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    let names: Vec<&str> =
+        w["spec"]["podSets"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["a-2", "a"]);
+
+    let nine = mesh((0..9).map(|i| task(&format!("t{i}"), "1")).collect());
+    let plan = decide_in(&nine, &[], &[], kueue(None));
+    assert!(!plan.actions.iter().any(|a| matches!(a, Action::CreateWorkload(_))), "{:?}", plan.actions);
+    assert_eq!(condition(&plan, "Queued").reason.as_deref(), Some("TooManyPodSets"));
 }

@@ -52,14 +52,24 @@ pub fn report(
         set(&mut status, "Requeued", requeued, &reason, "the job waits to be admitted again", &generation, now);
         status["admission"] = Value::Null;
     } else if is_true(workload, "Admitted") {
-        let (reason, message) = if ready {
-            ("Started", "every pod of the job is ready")
-        } else {
-            ("WaitForStart", "the job's pods are starting")
+        // As Kueue's own integrations say it: a job that was ready and no longer is waits for
+        // recovery, which Kueue times from then, not from its admission.
+        let previous = condition(workload, "PodsReady");
+        let was_ready = previous.is_some_and(|c| c["status"] == "True" || c["reason"] == "WaitForRecovery");
+        let (reason, message) = match (ready, was_ready) {
+            (true, false) => ("Started", "every pod of the job is ready"),
+            (true, true) => {
+                let reason =
+                    previous.and_then(|c| c["reason"].as_str()).filter(|r| *r == "Started").unwrap_or("Recovered");
+                (reason, "every pod of the job is ready")
+            }
+            (false, false) => ("WaitForStart", "the job's pods are starting"),
+            (false, true) => ("WaitForRecovery", "a pod of the job is not ready"),
         };
         set(&mut status, "PodsReady", ready, reason, message, &generation, now);
     }
-    (status != workload["status"]).then_some(status)
+    let stored = if workload["status"].is_object() { workload["status"].clone() } else { json!({}) };
+    (status != stored).then_some(status)
 }
 
 /// Sets condition `type_` of a Workload's status in place; an unchanged condition is left as

@@ -40,9 +40,15 @@ pub(super) fn pod_sets(pods: &[Pod]) -> Vec<PodSet> {
         match shapes.get(&shape) {
             Some(&i) => sets[i].members.push(pod.name_any()),
             None => {
-                let same_group =
-                    sets.iter().filter(|s| s.name == group || s.name.starts_with(&format!("{group}-"))).count();
-                let name = if same_group == 0 { group.clone() } else { format!("{group}-{}", same_group + 1) };
+                // A second shape of one group is `<group>-2`, and so on, skipping any name a
+                // task already has (tasks `a` and `a-2`).
+                let taken = |n: &str| sets.iter().any(|s| s.name == n);
+                let mut name = group.clone();
+                let mut n = 1;
+                while taken(&name) {
+                    n += 1;
+                    name = format!("{group}-{n}");
+                }
                 let metadata = json!({"labels": pod.labels(), "annotations": pod.annotations()});
                 let template = json!({"metadata": metadata, "spec": spec});
                 shapes.insert(shape, sets.len());
