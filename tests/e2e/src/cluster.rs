@@ -133,3 +133,40 @@ pub async fn within<T>(timeout: Duration, what: &str, future: impl Future<Output
         .await
         .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
 }
+
+/// Waits, at most `timeout`, until what a watch of `api` (as `config` selects) holds satisfies
+/// `done`, and returns its answer. Each change is looked at as it comes: no polling interval to
+/// wait out, and no list between two changes to miss. `dyntype` is the kind's (`()` for a typed
+/// one, an `ApiResource` for a dynamic one).
+pub async fn until_watched<K, T>(
+    api: Api<K>,
+    config: kube::runtime::watcher::Config,
+    dyntype: K::DynamicType,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&[std::sync::Arc<K>]) -> Option<T>,
+) -> T
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let writer = reflector::store::Writer::new(dyntype);
+    let reader = writer.as_reader();
+    let mut events = watcher(api, config).default_backoff().reflect(writer).boxed();
+    within(timeout, what, async move {
+        loop {
+            match events.next().await {
+                Some(Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_))) => {
+                    if let Some(answer) = done(&reader.state()) {
+                        return answer;
+                    }
+                }
+                Some(_) => {}
+                None => panic!("the watch for {what} ended"),
+            }
+        }
+    })
+    .await
+}

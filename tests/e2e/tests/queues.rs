@@ -1,12 +1,13 @@
 //! Queues and quotas: Kueue beside a control plane of the test's own (`di_e2e::kueue`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::{DIJob, DIJobCondition, Phase};
 use di_e2e::binaries::{self, Unavailable};
 use di_e2e::capacity::{self, NodeShape};
-use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
+use di_e2e::cluster::{TestCluster, not_applicable, skip, until_watched, within};
 use di_e2e::controlplane::{ControlPlane, Options};
 use di_e2e::history::{created_once, pod_uids};
 use di_e2e::kueue;
@@ -15,20 +16,11 @@ use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-
-fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "kueue.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: "kueue.x-k8s.io/v1beta2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace, whose
 /// workloads preempt lower-priority ones, and a LocalQueue `queue` of it in `ns`.
@@ -45,7 +37,7 @@ async fn flavored_queue_of(
     node_labels: serde_json::Value,
 ) {
     let create = |kind: &'static str, plural: &str, namespace: Option<&str>, object: serde_json::Value| {
-        let resource = kueue_kind(kind, plural);
+        let resource = kueue::resource(kind, plural);
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
@@ -137,21 +129,17 @@ async fn kueue_runs_beside_the_control_plane_and_admits_within_its_quota() {
         });
         jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
     }
-    let started = |all: &[Job]| all.iter().filter(|j| j.spec.as_ref().and_then(|s| s.suspend) == Some(false)).count();
-    let seen = within(Duration::from_secs(60), "Kueue to start one of the three Jobs", async {
-        loop {
-            let all = jobs.list(&ListParams::default()).await.unwrap().items;
-            if started(&all) > 0 {
-                return all;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    let started =
+        |all: &[Arc<Job>]| all.iter().filter(|j| j.spec.as_ref().and_then(|s| s.suspend) == Some(false)).count();
+    let what = "Kueue to start one of the three Jobs";
+    let seen = until_watched(jobs.clone(), watcher::Config::default(), (), Duration::from_secs(60), what, |all| {
+        (started(all) > 0).then(|| all.to_vec())
     })
     .await;
     assert_eq!(started(&seen), 1);
     // Kueue's view: one Workload admitted, two still pending.
     let workloads: Api<DynamicObject> =
-        Api::namespaced_with(cluster.client.clone(), &ns, &kueue_kind("Workload", "workloads"));
+        Api::namespaced_with(cluster.client.clone(), &ns, &kueue::resource("Workload", "workloads"));
     let admitted = |w: &DynamicObject| {
         w.data["status"]["conditions"]
             .as_array()
@@ -198,17 +186,11 @@ fn queued(job: &DIJob) -> Option<&DIJobCondition> {
 /// (but those that have finished).
 async fn until_running(s: &Scenario, running: usize) -> Vec<DIJob> {
     let what = format!("{running} job(s) running, the others queued");
-    within(Duration::from_secs(60), &what, async {
-        loop {
-            let jobs = s.jobs.list(&ListParams::default()).await.unwrap().items;
-            let held = jobs.iter().filter(|j| queued(j).is_some_and(|c| c.status == "True")).count();
-            let run = jobs.iter().filter(|j| phase(j) == Some(Phase::Running)).count();
-            let finished = jobs.iter().filter(|j| phase(j).is_some_and(Phase::is_finished)).count();
-            if run == running && held + run + finished == jobs.len() {
-                return jobs;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    until_watched(s.jobs.clone(), watcher::Config::default(), (), Duration::from_secs(60), &what, |jobs| {
+        let held = jobs.iter().filter(|j| queued(j).is_some_and(|c| c.status == "True")).count();
+        let run = jobs.iter().filter(|j| phase(j) == Some(Phase::Running)).count();
+        let finished = jobs.iter().filter(|j| phase(j).is_some_and(Phase::is_finished)).count();
+        (run == running && held + run + finished == jobs.len()).then(|| jobs.iter().map(|j| DIJob::clone(j)).collect())
     })
     .await
 }
@@ -286,28 +268,20 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
     let evicted = s.jobs.get("low").await.unwrap();
     let held = queued(&evicted).expect("a Queued condition");
     assert_eq!(held.status, "True", "{held:?}");
-    within(WAIT, "the lower job's pods to go", async {
-        while pods_of(&s, "low").await > 0 {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    })
-    .await;
+    let low = watcher::Config::default().labels(&format!("{}=low", di_api::contract::labels::JOB_NAME));
+    until_watched(s.pods.clone(), low, (), WAIT, "the lower job's pods to go", |pods| pods.is_empty().then_some(()))
+        .await;
     let params = ListParams::default().labels(&format!("{}=low", di_api::contract::labels::JOB_NAME));
     assert!(!s.services.list(&params).await.unwrap().items.is_empty(), "its Services stay, with its restart counts");
     let events: Api<Event> = Api::namespaced(s.cluster.client.clone(), &s.ns);
-    within(WAIT, "a Warning event saying the job was evicted", async {
-        loop {
-            let all = events.list(&ListParams::default()).await.unwrap().items;
-            let said = all.iter().any(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("low")
-                    && e.reason.as_deref() == Some("Evicted")
-                    && e.type_.as_deref() == Some("Warning")
-            });
-            if said {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    let what = "a Warning event saying the job was evicted";
+    until_watched(events, watcher::Config::default(), (), WAIT, what, |all| {
+        let said = all.iter().any(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("low")
+                && e.reason.as_deref() == Some("Evicted")
+                && e.type_.as_deref() == Some("Warning")
+        });
+        said.then_some(())
     })
     .await;
 
@@ -355,17 +329,13 @@ async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_n
     let mut s = Box::pin(Scenario::on(cluster, "admit-crash", &[])).await;
     queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
     let workloads: Api<DynamicObject> =
-        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue_kind("Workload", "workloads"));
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
     let created = pod_uids(&s.pods).await;
     submit_queued(&s, "sturdy", "team-queue").await;
     // Killed the moment its Workload exists: before, or while, Kueue admits it.
-    let first = within(WAIT, "the job's Workload", async {
-        loop {
-            if let Some(w) = workloads.list(&ListParams::default()).await.unwrap().items.pop() {
-                return w;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let kind = kueue::resource("Workload", "workloads");
+    let first = until_watched(workloads.clone(), watcher::Config::default(), kind, WAIT, "the job's Workload", |all| {
+        all.first().map(|w| DynamicObject::clone(w))
     })
     .await;
     s.orchestrator.kill().await;
@@ -379,13 +349,11 @@ async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_n
     assert_eq!(all[0].uid(), first.uid(), "the one made before the kill, not made again");
 
     // Deleted, the job takes its Workload, pods and Services with it.
+    let uid = s.jobs.get("sturdy").await.unwrap().uid().unwrap();
     s.jobs.delete("sturdy", &DeleteParams::foreground()).await.unwrap();
-    within(WAIT, "the job to be gone", async {
-        while s.jobs.get_opt("sturdy").await.unwrap().is_some() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    within(WAIT, "the job to be gone", await_condition(s.jobs.clone(), "sturdy", conditions::is_deleted(&uid)))
+        .await
+        .unwrap();
     assert!(workloads.list(&ListParams::default()).await.unwrap().items.is_empty(), "its Workload went with it");
     assert!(s.pods.list(&ListParams::default()).await.unwrap().items.is_empty());
     assert!(s.services.list(&ListParams::default()).await.unwrap().items.is_empty());
