@@ -99,10 +99,10 @@ pub async fn run(
         .modify(|config| config.metadata.managed_fields = None)
         .reflect(config_writer)
         .touched_objects();
-    let (kueue, workload_stream, flavor_watch) = match options.kueue {
+    let (kueue, workload_stream, cluster_watches) = match options.kueue {
         true => {
-            let (kueue, stream, flavors) = crate::workloads::watch(&client, namespace, watch_backoff);
-            (Some(kueue), Some(stream), Some(tokio::spawn(flavors)))
+            let (kueue, stream, watches) = crate::workloads::watch(&client, namespace, watch_backoff);
+            (Some(kueue), Some(stream), Some(tokio::spawn(watches)))
         }
         false => (None, None, None),
     };
@@ -190,8 +190,8 @@ pub async fn run(
         })
         .await;
     gauges.abort();
-    if let Some(flavors) = flavor_watch {
-        flavors.abort();
+    if let Some(watches) = cluster_watches {
+        watches.abort();
     }
     if let Some(keeper) = keeper {
         keeper.abort();

@@ -89,10 +89,10 @@ pub fn watch(
         .modify(|p| p.metadata.managed_fields = None)
         .reflect(priority_writer)
         .for_each(|_| std::future::ready(()));
-    let both = async move {
+    let cluster_watches = async move {
         futures::join!(flavor_watch, priority_watch);
     };
-    (Kueue { workloads, flavors, priorities }, workload_stream, both)
+    (Kueue { workloads, flavors, priorities }, workload_stream, cluster_watches)
 }
 
 /// The job a Workload belongs to: its controller reference's, in its namespace.
@@ -121,11 +121,15 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
     Some(Queue::Kueue { workload, flavors, priority })
 }
 
+/// Workloads of `namespace`, through a dynamic client.
+fn api(ctx: &Context, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(ctx.client.clone(), namespace, &queue::workload_kind())
+}
+
 /// Makes the job's Workload; one that exists already is the job's (its name carries the job's
 /// UID).
 pub async fn create(ctx: &Arc<Context>, job: &DIJob, workload: &serde_json::Value) -> Result<(), Error> {
-    let namespace = job.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &queue::workload_kind());
+    let api = api(ctx, &job.namespace().unwrap_or_default());
     let object: DynamicObject = serde_json::from_value(workload.clone())
         .map_err(kube::Error::SerdeError)
         .map_err(|source| Error::Create { kind: "Workload".into(), name: queue::workload_name(job), source })?;
@@ -138,8 +142,7 @@ pub async fn create(ctx: &Arc<Context>, job: &DIJob, workload: &serde_json::Valu
 
 /// Deletes the Workload with this UID (not a newer one of the same name).
 pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, version: &str) -> Result<(), Error> {
-    let namespace = job.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &queue::workload_kind());
+    let api = api(ctx, &job.namespace().unwrap_or_default());
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_owned()),
@@ -160,7 +163,7 @@ pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, vers
 pub async fn write_status(ctx: &Arc<Context>, job: &DIJob, written: &serde_json::Value) -> Result<(), Error> {
     let name = written["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let namespace = written["metadata"]["namespace"].as_str().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &queue::workload_kind());
+    let api = api(ctx, namespace);
     let object: DynamicObject = serde_json::from_value(written.clone())
         .map_err(kube::Error::SerdeError)
         .map_err(|source| Error::WriteWorkload { name: name.clone(), source })?;
