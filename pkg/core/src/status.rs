@@ -1,6 +1,7 @@
 //! The job's status, recomputed from its pods on every pass: phase, conditions, counts. What
 //! differs for a task job is in `status/tasks.rs`.
 
+mod conditions;
 mod tasks;
 
 use std::collections::BTreeMap;
@@ -9,9 +10,10 @@ use di_api::contract::{Role, labels};
 use di_api::pod::index_of;
 use di_api::{DIJob, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+
+pub use conditions::{set_condition, set_condition_as_said};
 
 /// Condition types besides the phases.
 pub const SUSPENDED: &str = "Suspended";
@@ -283,63 +285,6 @@ fn ready_learners(pods: &[&Pod]) -> usize {
         })
         .count();
     single + aggregated
-}
-
-/// Sets a condition whose reason and message follow what they report (a queue's words change
-/// while the job waits): both are replaced, the transition time kept unless the status changes.
-pub fn set_condition_as_said(
-    conditions: &mut Vec<DIJobCondition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) {
-    set_condition(conditions, type_, status, reason, message, now);
-    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
-        let (reason, message) = (Some(reason.to_owned()), Some(message.to_owned()));
-        if c.reason != reason || c.message != message {
-            (c.reason, c.message) = (reason, message);
-            c.last_update_time = Some(Time(now));
-        }
-    }
-}
-
-/// Sets a condition, keeping its transition time unless its status changes.
-pub fn set_condition(
-    conditions: &mut Vec<DIJobCondition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) {
-    let status = if status { "True" } else { "False" }.to_string();
-    let reason = Some(reason.to_owned()).filter(|r| !r.is_empty());
-    let message = Some(message.to_owned()).filter(|m| !m.is_empty());
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) if c.status == status => {
-            // Same status: keep the transition, and the reason that explained it.
-            if c.reason.is_none() {
-                c.reason = reason;
-            }
-        }
-        Some(c) => {
-            c.status = status;
-            c.reason = reason;
-            c.message = message;
-            c.last_transition_time = Some(Time(now));
-            c.last_update_time = Some(Time(now));
-        }
-        None => conditions.push(DIJobCondition {
-            type_: type_.to_owned(),
-            status,
-            reason,
-            message,
-            last_update_time: Some(Time(now)),
-            last_transition_time: Some(Time(now)),
-        }),
-    }
 }
 
 /// When the job finished, from its terminal condition.
