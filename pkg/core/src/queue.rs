@@ -21,8 +21,8 @@ mod report;
 mod workload;
 
 pub use report::report;
-use workload::{beyond_admission, pod_sets, wanted_pods};
-pub use workload::{place, workload};
+pub use workload::workload;
+use workload::{beyond_admission, place, pod_sets, wanted_pods};
 
 /// The label that puts a job in a Kueue LocalQueue of its namespace.
 pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
@@ -165,26 +165,32 @@ pub fn attach(
     let Queue::Kueue { workload, flavors, priority } = queue else { return Ok(()) };
     let finished = plan.status.phase.filter(|p| p.is_finished());
     let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    // What this pass knows better than the planner's `Queued` condition.
+    let say = |plan: &mut Plan, held: bool, reason: &str, message: &str| {
+        let conditions = &mut plan.status.conditions;
+        crate::status::set_condition_as_said(conditions, crate::status::QUEUED, held, reason, message, world.now);
+    };
     let Some(workload) = workload else {
-        let say = |plan: &mut Plan, reason: &str, message: String| {
-            let conditions = &mut plan.status.conditions;
-            crate::status::set_condition_as_said(conditions, crate::status::QUEUED, true, reason, &message, world.now);
-        };
         if finished.is_some() {
             return Ok(());
         }
         if let Some(config) = &world.missing_aggregator_config {
             // Its learners cannot be built yet: a Workload without them would be admitted short.
-            say(plan, "Pending", format!("the job's Workload waits for its learners' AggregatorConfig {config}"));
+            say(
+                plan,
+                true,
+                "Pending",
+                &format!("the job's Workload waits for its learners' AggregatorConfig {config}"),
+            );
         } else if sets.len() > MAX_POD_SETS {
             let message = format!(
                 "the job has {} kinds of pods (tasks, or roles and their shapes) and a Kueue Workload holds at most \
                  {MAX_POD_SETS}: merge tasks, or remove the label {QUEUE_LABEL}",
                 sets.len()
             );
-            say(plan, "TooManyPodSets", message);
+            say(plan, true, "TooManyPodSets", &message);
         } else {
-            let made = self::workload(job, name, priority.as_ref(), aggregator, settings)?;
+            let made = workload::made_of(job, name, priority.as_ref(), &sets, settings)?;
             plan.actions.insert(0, Action::CreateWorkload(Box::new(made)));
         }
         return Ok(());
@@ -197,18 +203,9 @@ pub fn attach(
                     "admitted from queue {name}; {over} pod(s) the job asks for beyond what Kueue admitted wait: \
                      a queued job's pods never outgrow its admission (submit it again to be admitted at its new size)"
                 );
-                let now = world.now;
-                let conditions = &mut plan.status.conditions;
-                crate::status::set_condition_as_said(
-                    conditions,
-                    crate::status::QUEUED,
-                    false,
-                    "Admitted",
-                    &message,
-                    now,
-                );
+                say(plan, false, "Admitted", &message);
             }
-            place(job, workload, flavors, aggregator, settings, &mut plan.actions)?;
+            place(&sets, workload, flavors, &mut plan.actions);
         }
         // Not admitted and no quota reserved: a Workload made for another size (the job was
         // scaled while it waited) goes, and the next pass makes it anew.

@@ -81,10 +81,20 @@ pub fn workload(
     aggregator: Option<&di_api::AggregatorConfig>,
     settings: &Settings,
 ) -> Result<Value, BuildError> {
+    made_of(job, queue, priority, &pod_sets(&wanted_pods(job, aggregator, settings)?), settings)
+}
+
+/// As [`workload`], of the podSets a pass has grouped already.
+pub(super) fn made_of(
+    job: &DIJob,
+    queue: &str,
+    priority: Option<&(String, i32)>,
+    sets: &[PodSet],
+    settings: &Settings,
+) -> Result<Value, BuildError> {
     let owner = desired::owner_reference(job, &settings.owner_version)?;
     let mut labels = job_labels(&job.name_any(), None);
     labels.insert(JOB_UID_LABEL.into(), job.uid().unwrap_or_default());
-    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
     let pod_sets: Vec<Value> =
         sets.iter().map(|s| json!({"name": s.name, "count": s.members.len(), "template": s.template})).collect();
     let mut spec = json!({"queueName": queue, "podSets": pod_sets});
@@ -131,17 +141,9 @@ pub(super) fn beyond_admission(workload: &Value, sets: &[PodSet], actions: &mut 
     before - actions.len()
 }
 
-/// Puts each created pod where its podSet was admitted: the node labels and tolerations of the
-/// flavors Kueue assigned it.
-pub fn place(
-    job: &DIJob,
-    workload: &Value,
-    flavors: &BTreeMap<String, Value>,
-    aggregator: Option<&di_api::AggregatorConfig>,
-    settings: &Settings,
-    actions: &mut [Action],
-) -> Result<(), BuildError> {
-    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+/// Puts each created pod where its podSet (of `sets`) was admitted: the node labels and
+/// tolerations of the flavors Kueue assigned it.
+pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String, Value>, actions: &mut [Action]) {
     let set_of: BTreeMap<&str, &str> =
         sets.iter().flat_map(|s| s.members.iter().map(move |m| (m.as_str(), s.name.as_str()))).collect();
     let assignments = workload["status"]["admission"]["podSetAssignments"].as_array().cloned().unwrap_or_default();
@@ -168,5 +170,4 @@ pub fn place(
             }
         }
     }
-    Ok(())
 }
