@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use di_api::{DIJob, Phase};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::Value;
@@ -17,12 +18,15 @@ use serde_json::Value;
 use crate::decision::{Action, Plan, World};
 use crate::desired::{BuildError, Settings};
 
+mod admitted;
 mod report;
 mod workload;
 
-pub use report::report;
+pub use admitted::Room;
+use admitted::{beyond_admission, reclaimable_pods, rooms};
+pub use report::{Report, report};
 pub use workload::workload;
-use workload::{beyond_admission, place, pod_sets, wanted_pods};
+use workload::{place, pod_sets, wanted_pods};
 
 /// The label that puts a job in a Kueue LocalQueue of its namespace.
 pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
@@ -151,6 +155,24 @@ pub fn queued_condition(job: &DIJob, world: &World) -> Option<(bool, String, Str
     })
 }
 
+/// The pods `job` asks for that its admitted Workload has no room for, by podSet (none left out
+/// when the Workload is not admitted: a waiting job's Workload is made anew at its new size).
+/// What a scale-up of a running queued job would wait for; the learners of a job whose
+/// AggregatorConfig is not given (`aggregator`) are not counted.
+pub fn beyond_room(
+    job: &DIJob,
+    workload: &Value,
+    pods: &[&Pod],
+    aggregator: Option<&di_api::AggregatorConfig>,
+    settings: &Settings,
+) -> Result<Vec<(String, u64)>, BuildError> {
+    if !is_true(workload, "Admitted") || is_true(workload, "Evicted") {
+        return Ok(vec![]);
+    }
+    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    Ok(admitted::over(&rooms(workload, &sets, pods, !job.spec.is_task_job()), &sets, pods))
+}
+
 /// After a planner decided a pass of a job in a queue: the Workload made if there is none yet,
 /// the pods it creates placed as admitted, and what Kueue must know of the job written to the
 /// Workload's status.
@@ -195,9 +217,12 @@ pub fn attach(
         }
         return Ok(());
     };
+    let mut reclaimable = None;
     match standing(name, queue) {
         Standing::Admitted { .. } => {
-            let over = beyond_admission(workload, &sets, &mut plan.actions);
+            let rooms = rooms(workload, &sets, &world.pods, !job.spec.is_task_job());
+            let over = beyond_admission(&rooms, &sets, &world.pods, &mut plan.actions);
+            reclaimable = Some(reclaimable_pods(&rooms));
             if over > 0 {
                 let message = format!(
                     "admitted from queue {name}; {over} pod(s) the job asks for beyond what Kueue admitted wait: \
@@ -237,7 +262,8 @@ pub fn attach(
     let ready = may_run > 0 && status.ready_replicas.map_or(0, |r| r.max(0) as u64) + done >= may_run;
     let active = world.pods.iter().any(|p| crate::status::is_active(p));
     let outcome = finished.map(|p| p == Phase::Succeeded);
-    if let Some(reported) = report(workload, ready, outcome, active, world.now) {
+    let seen = Report { ready, finished: outcome, pods_active: active, reclaimable };
+    if let Some(reported) = report(workload, &seen, world.now) {
         let mut written = workload.clone();
         written["status"] = reported;
         plan.actions.push(Action::WriteWorkloadStatus(Box::new(written)));

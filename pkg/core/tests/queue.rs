@@ -9,7 +9,7 @@ use common::{BACKOFF, created, job, now, world, world_of};
 use di_api::{DIJob, Phase};
 use di_core::desired::Settings;
 use di_core::plan::{Action, Plan, plan};
-use di_core::queue::{QUEUE_LABEL, Queue, report, workload, workload_name};
+use di_core::queue::{QUEUE_LABEL, Queue, Report, beyond_room, report, workload, workload_name};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::ResourceExt;
 use serde_json::{Value, json};
@@ -36,6 +36,19 @@ fn kueue(workload: Option<Value>) -> Queue {
         json!({"nodeLabels": {"gpu": "a100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
     )]);
     Queue::Kueue { workload, flavors, priority: None }
+}
+
+/// What the orchestrator would report of a job seen so, giving nothing back.
+fn said(workload: &Value, ready: bool, finished: Option<bool>, pods_active: bool) -> Option<Value> {
+    report(workload, &Report { ready, finished, pods_active, reclaimable: None }, now())
+}
+
+/// The status a plan writes to the Workload, if it writes one.
+fn written(plan: &Plan) -> Option<Value> {
+    plan.actions.iter().find_map(|a| match a {
+        Action::WriteWorkloadStatus(w) => Some(w["status"].clone()),
+        _ => None,
+    })
 }
 
 fn admitted(job: &DIJob) -> Value {
@@ -142,12 +155,12 @@ fn an_admitted_job_runs_with_its_flavors_on_its_pods_and_says_when_they_are_read
 fn a_finished_job_finishes_its_workload_and_an_unchanged_report_writes_nothing() {
     let job = queued_job(1);
     let w = admitted(&job);
-    let finished = report(&w, false, Some(true), false, now()).expect("Finished reported");
+    let finished = said(&w, false, Some(true), false).expect("Finished reported");
     let condition = finished["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Finished").unwrap();
     assert_eq!((condition["status"].as_str(), condition["reason"].as_str()), (Some("True"), Some("Succeeded")));
     let mut written = w.clone();
     written["status"] = finished;
-    assert_eq!(report(&written, false, Some(true), false, now()), None, "said once");
+    assert_eq!(said(&written, false, Some(true), false), None, "said once");
 }
 
 #[test]
@@ -156,6 +169,7 @@ fn an_evicted_job_loses_its_pods_then_gives_its_admission_back() {
     let mut w = admitted(&job);
     w["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "Evicted", "status": "True",
         "reason": "Preempted", "message": "Preempted to accommodate a higher priority Workload", "lastTransitionTime": "2026-11-22T09:30:00Z"}));
+    w["status"]["reclaimablePods"] = json!([{"name": "collector", "count": 1}]);
     let (pods, services) = world_of(&job, |_| Some("Running"));
     let evicting = decide_in(&job, &pods, &services, kueue(Some(w.clone())));
     let queued = condition(&evicting, "Queued");
@@ -179,6 +193,7 @@ fn an_evicted_job_loses_its_pods_then_gives_its_admission_back() {
         })
         .expect("the admission given back");
     assert_eq!(released["status"]["admission"], Value::Null);
+    assert_eq!(released["status"].get("reclaimablePods"), None, "the next admission takes the pods whole");
     assert_eq!(released["metadata"]["resourceVersion"], "7", "written over what was read");
     let status_of = |t: &str| {
         released["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap()["status"].clone()
@@ -234,7 +249,7 @@ fn a_ready_job_that_loses_a_pod_waits_for_recovery_not_for_its_start() {
     let mut w = admitted(&job);
     w["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "PodsReady", "status": "True",
         "reason": "Started", "message": "every pod of the job is ready", "lastTransitionTime": "2026-11-22T09:10:00Z"}));
-    let lost = report(&w, false, None, true, now()).expect("reported");
+    let lost = said(&w, false, None, true).expect("reported");
     let pods_ready = lost["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodsReady").unwrap().clone();
     assert_eq!(
         (pods_ready["status"].as_str(), pods_ready["reason"].as_str()),
@@ -242,13 +257,13 @@ fn a_ready_job_that_loses_a_pod_waits_for_recovery_not_for_its_start() {
     );
     let mut written = w.clone();
     written["status"] = lost;
-    let back = report(&written, true, None, true, now()).expect("reported");
+    let back = said(&written, true, None, true).expect("reported");
     let pods_ready = back["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodsReady").unwrap().clone();
     assert_eq!((pods_ready["status"].as_str(), pods_ready["reason"].as_str()), (Some("True"), Some("Recovered")));
     // A Workload with no status yet gets none written for nothing.
     let mut bare = w.clone();
     bare["status"] = Value::Null;
-    assert_eq!(report(&bare, false, None, false, now()), None);
+    assert_eq!(said(&bare, false, None, false), None);
 }
 
 #[test]
@@ -277,4 +292,55 @@ fn task_names_never_collide_with_a_second_shape_and_too_many_pod_sets_are_refuse
     let plan = decide_in(&nine, &[], &[], kueue(None));
     assert!(!plan.actions.iter().any(|a| matches!(a, Action::CreateWorkload(_))), "{:?}", plan.actions);
     assert_eq!(condition(&plan, "Queued").reason.as_deref(), Some("TooManyPodSets"));
+}
+
+#[test]
+fn a_job_scaled_down_gives_its_room_back_and_never_takes_it_again() {
+    // Admitted with 2 collectors; the job now asks for 1.
+    let admitted_job = queued_job(2);
+    let w = admitted(&admitted_job);
+    let (pods, services) = world_of(&admitted_job, |_| Some("Running"));
+    let shrunk = decide_in(&queued_job(1), &pods, &services, kueue(Some(w.clone())));
+    let status = written(&shrunk).expect("a report");
+    assert_eq!(status["reclaimablePods"], json!([{"name": "collector", "count": 1}]));
+
+    // Scaled back to 2 while the room is given back: the second collector waits.
+    let mut given = w.clone();
+    given["status"] = status;
+    let (pods, services) = world_of(&queued_job(1), |_| Some("Running"));
+    let grown = decide_in(&queued_job(2), &pods, &services, kueue(Some(given.clone())));
+    assert!(created(&grown.actions).is_empty(), "no room for it: {:?}", grown.actions);
+    assert!(condition(&grown, "Queued").message.as_deref().unwrap().contains("1 pod(s)"));
+    let kept = written(&grown).unwrap_or(given["status"].clone())["reclaimablePods"].clone();
+    assert_eq!(kept, json!([{"name": "collector", "count": 1}]), "the count never goes down");
+    assert_eq!(
+        beyond_room(&queued_job(2), &given, &pods.iter().collect::<Vec<_>>(), None, &Settings::default()).unwrap(),
+        [("collector".to_string(), 1)]
+    );
+}
+
+#[test]
+fn a_succeeded_collector_gives_its_room_back_and_the_others_keep_theirs() {
+    let job = queued_job(2);
+    let w = admitted(&job);
+    let (pods, services) =
+        world_of(&job, |name| Some(if name.ends_with("collector-0") { "Succeeded" } else { "Running" }));
+    let plan = decide_in(&job, &pods, &services, kueue(Some(w)));
+    assert!(created(&plan.actions).is_empty(), "a succeeded collector is not made again: {:?}", plan.actions);
+    let status = written(&plan).expect("a report");
+    assert_eq!(status["reclaimablePods"], json!([{"name": "collector", "count": 1}]));
+}
+
+#[test]
+fn a_scale_up_past_the_admission_is_beyond_its_room_and_a_waiting_one_is_not() {
+    let job = queued_job(2);
+    let w = admitted(&job);
+    let (pods, _) = world_of(&job, |_| Some("Running"));
+    let pods: Vec<&Pod> = pods.iter().collect();
+    let beyond = |asked: i32, w: &Value| beyond_room(&queued_job(asked), w, &pods, None, &Settings::default()).unwrap();
+    assert_eq!(beyond(5, &w), [("collector".to_string(), 3)]);
+    assert_eq!(beyond(2, &w), []);
+    assert_eq!(beyond(1, &w), []);
+    let waiting = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    assert_eq!(beyond(5, &waiting), [], "a waiting job's Workload is made anew at its new size");
 }

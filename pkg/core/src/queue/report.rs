@@ -5,16 +5,25 @@ use serde_json::{Value, json};
 
 use super::{condition, is_true};
 
+/// What a pass saw of a queued job, for Kueue.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Every pod that may run is ready (or has succeeded).
+    pub ready: bool,
+    /// The job has ended: `Some(true)` succeeded, `Some(false)` failed.
+    pub finished: Option<bool>,
+    /// A pod of the job is still pending or running.
+    pub pods_active: bool,
+    /// While admitted: the `reclaimablePods` the job gives back (see `admitted::rooms`).
+    pub reclaimable: Option<Value>,
+}
+
 /// What the orchestrator tells Kueue of its job: the Workload's status with the conditions it
-/// owns brought up to date (`PodsReady`, `Finished`), and after an eviction whose pods are gone,
-/// the admission given back. `None` when the stored status already says all of it.
-pub fn report(
-    workload: &Value,
-    ready: bool,
-    finished: Option<bool>,
-    pods_active: bool,
-    now: Timestamp,
-) -> Option<Value> {
+/// owns brought up to date (`PodsReady`, `Finished`) and the pods it gives back, and after an
+/// eviction whose pods are gone, the admission given back. `None` when the stored status already
+/// says all of it.
+pub fn report(workload: &Value, seen: &Report, now: Timestamp) -> Option<Value> {
+    let Report { ready, finished, pods_active, .. } = *seen;
     let mut status = workload["status"].clone();
     if !status.is_object() {
         status = json!({});
@@ -51,6 +60,10 @@ pub fn report(
         set(&mut status, "Admitted", false, "NoReservation", "The workload has no reservation", &generation, now);
         set(&mut status, "Requeued", requeued, &reason, "the job waits to be admitted again", &generation, now);
         status["admission"] = Value::Null;
+        // The pods come back whole at the next admission: nothing is given back any more.
+        if let Some(fields) = status.as_object_mut() {
+            fields.remove("reclaimablePods");
+        }
     } else if is_true(workload, "Admitted") {
         // As Kueue's own integrations say it: a job that was ready and no longer is waits for
         // recovery, which Kueue times from then, not from its admission.
@@ -67,6 +80,10 @@ pub fn report(
             (false, true) => ("WaitForRecovery", "a pod of the job is not ready"),
         };
         set(&mut status, "PodsReady", ready, reason, message, &generation, now);
+        match &seen.reclaimable {
+            Some(Value::Array(given)) if !given.is_empty() => status["reclaimablePods"] = Value::Array(given.clone()),
+            _ => {}
+        }
     }
     let stored = if workload["status"].is_object() { workload["status"].clone() } else { json!({}) };
     (status != stored).then_some(status)

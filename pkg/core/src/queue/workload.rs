@@ -112,35 +112,6 @@ pub(super) fn made_of(
     }))
 }
 
-/// Keeps the pods Kueue did not admit from being created: each podSet's members past its
-/// admitted count (a running job's collectors scaled up), and those of podSets it never saw.
-/// How many were held back.
-pub(super) fn beyond_admission(workload: &Value, sets: &[PodSet], actions: &mut Vec<Action>) -> usize {
-    let counts: BTreeMap<&str, u64> = workload["spec"]["podSets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let name = s["name"].as_str().unwrap_or_default();
-            let assigned = workload["status"]["admission"]["podSetAssignments"]
-                .as_array()
-                .and_then(|a| a.iter().find(|a| a["name"] == name))
-                .and_then(|a| a["count"].as_u64());
-            (name, assigned.or(s["count"].as_u64()).unwrap_or(0))
-        })
-        .collect();
-    let over: std::collections::BTreeSet<&str> = sets
-        .iter()
-        .flat_map(|s| {
-            let admitted = counts.get(s.name.as_str()).copied().unwrap_or(0) as usize;
-            s.members.iter().skip(admitted).map(String::as_str)
-        })
-        .collect();
-    let before = actions.len();
-    actions.retain(|a| !matches!(a, Action::CreatePod(pod) if over.contains(pod.name_any().as_str())));
-    before - actions.len()
-}
-
 /// Puts each created pod where its podSet (of `sets`) was admitted: the node labels and
 /// tolerations of the flavors Kueue assigned it.
 pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String, Value>, actions: &mut [Action]) {
