@@ -42,6 +42,21 @@ impl Change {
     }
 }
 
+impl Change {
+    /// The job as it will be once the change is written.
+    pub fn apply(&self, job: &DIJob) -> DIJob {
+        let mut after = job.clone();
+        if let Some(collector) = after.spec.collector.as_mut() {
+            collector.replicas = Some(self.collectors);
+        }
+        if let Some(learner) = after.spec.learner.as_mut() {
+            learner.replicas = Some(self.learners);
+            learner.gpus = self.learner_gpus.or(learner.gpus);
+        }
+        after
+    }
+}
+
 /// `POST /replicas`: more collectors and learners.
 pub fn scale_up(job: &DIJob, request: &ReplicaRequest) -> Result<Change, Refusal> {
     let spec = &job.spec;

@@ -176,11 +176,15 @@ fn a_template_service_account_is_kept_and_bound() {
 fn the_sidecar_role_is_least_privilege() {
     let rbac = desired::rbac(&job(0, 0, json!({})), &Settings::default()).unwrap();
     let rules = rbac.role.rules.clone().unwrap();
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].resources.as_deref(), Some(&["dijobs".to_string()][..]));
     assert_eq!(rules[0].resource_names.as_deref(), Some(&["job".to_string()][..]));
     assert_eq!(rules[0].verbs, vec!["get", "watch", "patch"]);
     assert_eq!(rules[1].verbs, vec!["get", "list", "watch"]);
+    // Its own Workload only, and only read.
+    assert_eq!(rules[2].resources.as_deref(), Some(&["workloads".to_string()][..]));
+    assert_eq!(rules[2].resource_names.as_deref(), Some(&["dijob-job-jobuid".to_string()][..]));
+    assert_eq!(rules[2].verbs, vec!["get"]);
     assert_eq!(rbac.service_account.name_any(), "job-replicas");
     assert_eq!(rbac.role.owner_references()[0].uid, "job-uid");
 }

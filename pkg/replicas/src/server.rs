@@ -30,6 +30,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use tracing::info;
 
 use crate::follow::{until_current, wait_for, wait_for_replacements};
+use crate::quota::{self, Admission};
 use crate::scale::{self, ApiError, Scope, internal};
 use crate::slim::{self, SlimPod};
 
@@ -232,11 +233,17 @@ async fn scale_outcome(
     let request: ReplicaRequest = body(bytes)?;
     endpoint.scope.check(&request.namespace, &request.coordinator)?;
     until_current(endpoint).await?;
+    // Only more replicas can outgrow a queued job's admission.
+    let admission = match up {
+        true => quota::read(endpoint).await,
+        false => Admission::Free,
+    };
     let turn = endpoint.turn().await;
     let (jobs, name) = (endpoint.jobs(), endpoint.scope.job.clone());
     let written = write(turn, async move {
         update_job(&jobs, &name, |job: &DIJob| {
-            let change = if up { scale_up(job, &request)? } else { scale_down(job, &request)? };
+            let mut change = if up { scale_up(job, &request)? } else { scale_down(job, &request)? };
+            change.notes.extend(quota::check(&admission, &change.apply(job))?);
             Ok((change.patch(job), change))
         })
         .await

@@ -1,12 +1,12 @@
-//! Pods as the endpoint reads them: the fields it uses (names, labels, UID, deletion, and the
-//! containers' names and ports for the URLs) and nothing else. The endpoint holds a job's pods
+//! Pods as the endpoint reads them: the fields it uses (names, labels, UID, deletion, the
+//! containers' names and ports for the URLs, and the phase) and nothing else. The endpoint holds a job's pods
 //! while a request waits for them, and a whole Pod (its managed fields, env, probes, status)
 //! would cost it a hundred times more at 1,000 collectors than what it reads. The rest of a pod
 //! is skipped while it is parsed, never held.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Api;
 use kube::api::ListParams;
@@ -60,6 +60,13 @@ impl k8s_openapi::Metadata for SlimPod {
 struct Wire {
     metadata: Meta,
     spec: Option<Spec>,
+    status: Option<Status>,
+}
+
+/// A succeeded collector holds no room in its queue's admission (`quota`).
+#[derive(Deserialize)]
+struct Status {
+    phase: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -87,7 +94,7 @@ struct SlimContainer {
 
 impl<'de> Deserialize<'de> for SlimPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let Wire { metadata: m, spec } = Wire::deserialize(deserializer)?;
+        let Wire { metadata: m, spec, status } = Wire::deserialize(deserializer)?;
         let containers = |s: Spec| {
             s.containers
                 .into_iter()
@@ -105,7 +112,7 @@ impl<'de> Deserialize<'de> for SlimPod {
                 ..ObjectMeta::default()
             },
             spec: spec.map(|s| PodSpec { containers: containers(s), ..PodSpec::default() }),
-            status: None,
+            status: status.map(|s| PodStatus { phase: s.phase, ..PodStatus::default() }),
         }))
     }
 }
@@ -144,7 +151,10 @@ mod tests {
         assert!(slim.metadata.annotations.is_none() && slim.metadata.managed_fields.is_none());
         let container = &slim.spec.as_ref().unwrap().containers[0];
         assert_eq!(container.name, "di-container");
-        assert!(container.env.is_none() && container.image.is_none() && slim.status.is_none());
+        assert!(container.env.is_none() && container.image.is_none());
+        let status = slim.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert!(status.pod_ip.is_none());
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub fn rbac(job: &DIJob, settings: &Settings) -> Result<Rbac, BuildError> {
             rules: Some(vec![
                 rule(&[GROUP], &["dijobs"], &["get", "watch", "patch"], Some(vec![job.name_any()])),
                 rule(&[""], &["pods"], &["get", "list", "watch"], None),
+                // Its admission, when it waits in a Kueue queue (`queue`).
+                rule(&["kueue.x-k8s.io"], &["workloads"], &["get"], Some(vec![crate::queue::workload_name(job)])),
             ]),
         },
         binding: RoleBinding {

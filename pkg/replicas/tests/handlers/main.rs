@@ -6,6 +6,7 @@
 //! and writes held until the test lets them through. One test binary, a module per topic.
 
 mod names;
+mod queues;
 mod routes;
 mod waits;
 mod world;

@@ -27,6 +27,8 @@ use tower::ServiceExt;
 pub struct World {
     pub job: Value,
     pub pods: Vec<Value>,
+    /// The job's Kueue Workload, when it has one.
+    pub workload: Option<Value>,
     /// Writes of the job applied.
     pub patches: usize,
     /// Writes of the job dropped because their client had gone before the answer, as the API
@@ -50,6 +52,8 @@ pub struct Trouble {
     pub watches: Watches,
     /// Writes of the job wait for `release`.
     pub hold_patches: bool,
+    /// Reads of Workloads are refused (an identity without `get` on them).
+    pub workloads_forbidden: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -191,6 +195,14 @@ pub fn answer(w: &mut World, call: &Call) -> Option<(u16, Body)> {
             w.patches += 1;
             json(200, w.job.clone())
         }
+        "GET" if path.starts_with("/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/") => {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            match &w.workload {
+                _ if w.trouble.workloads_forbidden => json(403, status(403, "Forbidden")),
+                Some(workload) if workload["metadata"]["name"] == name => json(200, workload.clone()),
+                _ => json(404, status(404, "NotFound")),
+            }
+        }
         "GET" if path == "/api/v1/namespaces/ns/pods" => {
             let reads = if w.patches > 0 { w.trouble.pod_reads_after_write } else { Reads::Answered };
             match (reads, call.watch, w.trouble.watches) {
@@ -294,6 +306,7 @@ pub fn serve(job: Value, pods: Vec<Value>, wait: Duration, peer: [u8; 4]) -> (ax
     let world = Arc::new(Mutex::new(World {
         job,
         pods,
+        workload: None,
         patches: 0,
         abandoned: 0,
         trouble: Trouble::default(),
