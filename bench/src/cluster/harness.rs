@@ -206,6 +206,17 @@ impl Bench {
 
     /// Submits the jobs and waits until they run, as [`Bench::until_running`]; when each step was.
     pub async fn submit(&self, prefix: &str, m: usize, n: usize) -> anyhow::Result<Marks> {
+        self.submit_shaped(prefix, m, n, |_| {}).await
+    }
+
+    /// As [`Bench::submit`], each job changed by `shape` before it is created.
+    pub async fn submit_shaped(
+        &self,
+        prefix: &str,
+        m: usize,
+        n: usize,
+        shape: impl Fn(&mut DIJob),
+    ) -> anyhow::Result<Marks> {
         let jobs: Api<DIJob> = Api::namespaced(self.client.clone(), &self.jobs_ns);
         let want = all_ready(n);
         let running = watch_until(jobs.clone(), &format!("{RUN_LABEL}={prefix}"), move |all: &[Arc<DIJob>]| {
@@ -219,6 +230,7 @@ impl Bench {
             let (jobs, permits) = (jobs.clone(), permits.clone());
             let mut job = job(&format!("{prefix}-{i}"), n);
             job.labels_mut().insert(RUN_LABEL.into(), prefix.into());
+            shape(&mut job);
             creates.push(tokio::spawn(async move {
                 let _permit = permits.acquire_owned().await?;
                 jobs.create(&PostParams::default(), &job).await?;

@@ -5,7 +5,8 @@
 //! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
 //! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
 //! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
-//! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`).
+//! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`);
+//! jobs in a Kueue queue against the same jobs in none (`queues`).
 //! `harness` starts what they all measure.
 
 mod baseline;
@@ -16,6 +17,7 @@ mod harness;
 mod latency;
 mod limit;
 mod process;
+mod queues;
 mod replicas;
 mod requests;
 mod running;
@@ -84,6 +86,8 @@ pub enum Scenario {
     Latency,
     /// Time to running of gang jobs placed by kube-scheduler, against the limit.
     Gangs,
+    /// Time to running of jobs in a Kueue queue admitted at once, against the same jobs in none.
+    Queues,
 }
 
 /// Everything `only` names (all when empty) in the first of `invocations`; time to running
@@ -114,6 +118,10 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
         // On a control plane of its own, with kube-scheduler and GPU nodes.
         if report.is_some() && wanted(Scenario::Gangs) {
             gangs::measure(&mut placed).await?;
+        }
+        // On a control plane of its own, with Kueue beside it; the first invocation only.
+        if let Some(report) = report.as_mut().filter(|_| first && wanted(Scenario::Queues)) {
+            queues::measure(&mut report.rows).await?;
         }
     }
     Ok(report.map(|mut r| {
