@@ -61,6 +61,17 @@ fn phase(job: &DIJob) -> String {
     }
 }
 
+/// The Kueue queue a job waits or runs in and where it stands there, from its `Queued`
+/// condition: `team: admitted`, `team: waiting (Pending)`, `team: waiting (Evicted)`.
+fn queue_standing(job: &DIJob, queue: &str) -> String {
+    let condition = job.status.iter().flat_map(|s| &s.conditions).find(|c| c.type_ == di_core::status::QUEUED);
+    match condition {
+        Some(c) if c.status == "True" => format!("{queue}: waiting ({})", c.reason.as_deref().unwrap_or("Pending")),
+        Some(_) => format!("{queue}: admitted"),
+        None => format!("{queue}: not seen by the orchestrator yet"),
+    }
+}
+
 /// Ready and wanted pods, `ready/wanted`; before any status, what the spec asks for.
 fn ready(job: &DIJob) -> String {
     let status = job.status.clone().unwrap_or_default();
@@ -170,6 +181,9 @@ pub fn describe(job: &DIJob, pods: &[Pod], events: &[(String, String, String)], 
     field("Age", age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now));
     field("Clean pod policy", di_api::defaults::clean_pod_policy(job).as_str().into());
     field("Suspended", spec.is_suspended().to_string());
+    if let Some(queue) = di_core::queue::queue_name(job) {
+        field("Queue", queue_standing(job, queue));
+    }
     if let Some(limit) = spec.restart_limit {
         field("Restart limit", limit.to_string());
     }
@@ -340,6 +354,21 @@ mod tests {
         let running = job("j", "ns", json!({"phase": "Running", "collectors": "4/4", "learners": "1/1"}));
         assert_eq!(progress(&running), "j: phase Running, collectors 4/4, learners 1/1");
         assert_eq!(progress(&job("j", "ns", json!({}))), "j: phase Pending, collectors 0/4, learners 0/1");
+    }
+
+    #[test]
+    fn describe_says_where_a_job_stands_in_its_queue() {
+        let queued = |conditions: serde_json::Value| {
+            let mut j = job("j", "ns", json!({"phase": "Created", "conditions": conditions}));
+            j.labels_mut().insert(di_core::queue::QUEUE_LABEL.into(), "team".into());
+            describe(&j, &[], &[], now())
+        };
+        let line = |text: String| text.lines().find(|l| l.starts_with("Queue:")).map(str::to_owned);
+        let evicted = json!([{"type": "Queued", "status": "True", "reason": "Evicted"}]);
+        assert_eq!(line(queued(evicted)).as_deref(), Some("Queue:              team: waiting (Evicted)"));
+        let admitted = json!([{"type": "Queued", "status": "False", "reason": "Admitted"}]);
+        assert_eq!(line(queued(admitted)).as_deref(), Some("Queue:              team: admitted"));
+        assert_eq!(line(describe(&job("j", "ns", json!({})), &[], &[], now())), None, "a job in no queue");
     }
 
     #[test]
