@@ -32,6 +32,8 @@ pub mod kueue {
     /// Value: the Kueue LocalQueue of the job's namespace it waits in (see the README's "Queues
     /// and quotas").
     pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
+    /// The job's condition that is True while its queue holds it, False once admitted.
+    pub const QUEUED: &str = "Queued";
 }
 
 pub mod labels {

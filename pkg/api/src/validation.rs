@@ -192,6 +192,7 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
             format!("Forbidden: whether a job is gang-scheduled is fixed when its pods are made; {RECREATE}"),
         );
     }
+    check_queue_update(&old, &new, &mut errs);
     if o.volumes != n.volumes {
         errs.add("spec.volumes", format!("Forbidden: volumes are immutable, running pods mount them; {RECREATE}"));
     }
@@ -234,6 +235,29 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
         }
     }
     errs.into_result()
+}
+
+/// A job's Kueue queue (its label) may be set, changed or removed only while no pod of it may
+/// run: before the orchestrator has seen it, while its queue holds it, while it is suspended, or
+/// once it has finished. A running job put in a queue would lose its pods until admitted; one
+/// taken out would keep an admission it no longer needs, or start pods no quota was given for.
+fn check_queue_update(old: &DIJob, new: &DIJob, errs: &mut Errors) {
+    use crate::contract::kueue::{QUEUE_NAME, QUEUED};
+    let queue = |job: &DIJob| job.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_NAME)).cloned();
+    if queue(old) == queue(new) {
+        return;
+    }
+    let status = old.status.as_ref();
+    let phase = status.and_then(|s| s.phase);
+    let held = status.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == QUEUED && c.status == "True"));
+    if phase.is_none() || phase.is_some_and(|p| p.is_finished()) || held || old.spec.is_suspended() {
+        return;
+    }
+    errs.add(
+        format!("metadata.labels[{QUEUE_NAME}]"),
+        "Forbidden: the queue of a job that may be running cannot change: suspend the job first (spec.suspend:          true), or delete and re-create it in the queue it needs"
+            .to_string(),
+    );
 }
 
 /// Validates an AggregatorConfig.

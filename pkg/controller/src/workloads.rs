@@ -101,10 +101,11 @@ pub fn job_of(workload: DynamicObject) -> Option<ObjectRef<JobView>> {
     Some(ObjectRef::new(&owner.name).within(&workload.namespace()?))
 }
 
-/// What a pass knows of `job`'s queue: `None` for a job in none.
+/// What a pass knows of `job`'s queue: `None` for a job in none that has no Workload left from
+/// when it was in one.
 pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
-    queue::queue_name(job)?;
-    let Some(kueue) = &ctx.kueue else { return Some(Queue::NoKueue) };
+    let queued = queue::queue_name(job).is_some();
+    let Some(kueue) = &ctx.kueue else { return queued.then_some(Queue::NoKueue) };
     let namespace = job.namespace().unwrap_or_default();
     let uid = job.uid().unwrap_or_default();
     let name = queue::workload_name(job);
@@ -113,6 +114,9 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
         .get(&ObjectRef::new_with(&name, queue::workload_kind()).within(&namespace))
         .filter(|w| w.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
         .map(|w| serde_json::to_value(&*w).unwrap_or_default());
+    if !queued {
+        return workload.map(|w| Queue::Kueue { workload: Some(w), flavors: BTreeMap::new(), priority: None });
+    }
     let flavors: BTreeMap<String, serde_json::Value> =
         kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
     let class = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty());

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use di_api::contract::kueue::QUEUED;
 use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -142,11 +143,17 @@ pub fn held(job: &DIJob, world: &World) -> Option<(&'static str, String)> {
 /// The job's `Queued` condition: True while its queue holds it, False once admitted; `None` for
 /// a job in no queue.
 pub fn queued_condition(job: &DIJob, world: &World) -> Option<(bool, String, String)> {
-    let (name, queue) = (queue_name(job)?, world.queue.as_ref()?);
     // Finished: its Workload may be gone (Kueue's retention), which says nothing of a queue now.
     if job.status.as_ref().and_then(|s| s.phase).is_some_and(Phase::is_finished) {
         return None;
     }
+    let Some(name) = queue_name(job) else {
+        // Taken out of its queue while it waited (the webhook allows no other time).
+        let was_held = job.status.iter().flat_map(|s| &s.conditions).any(|c| c.type_ == QUEUED && c.status == "True");
+        let message = "the job was taken out of its queue: it runs without one";
+        return was_held.then(|| (false, "NotQueued".to_owned(), message.to_owned()));
+    };
+    let queue = world.queue.as_ref()?;
     Some(match standing(name, queue) {
         Standing::Held { reason, message } => (true, reason.to_owned(), message),
         Standing::Admitted { cluster_queue } => {
@@ -173,6 +180,13 @@ pub fn beyond_room(
     Ok(admitted::over(&rooms(workload, &sets, pods, !job.spec.is_task_job()), &sets, pods))
 }
 
+/// Deletes `workload` as read (its UID and resourceVersion: not a newer one, nor one Kueue has
+/// changed since).
+fn delete_workload(workload: &Value) -> Action {
+    let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
+    Action::DeleteWorkload { name: field("name"), uid: field("uid"), resource_version: field("resourceVersion") }
+}
+
 /// After a planner decided a pass of a job in a queue: the Workload made if there is none yet,
 /// the pods it creates placed as admitted, and what Kueue must know of the job written to the
 /// Workload's status.
@@ -183,8 +197,14 @@ pub fn attach(
     settings: &Settings,
     plan: &mut Plan,
 ) -> Result<(), BuildError> {
-    let (Some(name), Some(queue)) = (queue_name(job), world.queue.as_ref()) else { return Ok(()) };
-    let Queue::Kueue { workload, flavors, priority } = queue else { return Ok(()) };
+    let Some(queue @ Queue::Kueue { workload, flavors, priority }) = &world.queue else { return Ok(()) };
+    let Some(name) = queue_name(job) else {
+        // A Workload left from when the job was in a queue: it goes, with what it waits for.
+        if let Some(workload) = workload {
+            plan.actions.push(delete_workload(workload));
+        }
+        return Ok(());
+    };
     let finished = plan.status.phase.filter(|p| p.is_finished());
     let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
     // What this pass knows better than the planner's `Queued` condition.
@@ -233,7 +253,8 @@ pub fn attach(
             place(&sets, workload, flavors, &mut plan.actions);
         }
         // Not admitted and no quota reserved: a Workload made for another size (the job was
-        // scaled while it waited) goes, and the next pass makes it anew.
+        // scaled while it waited) or another queue (its label changed) goes, and the next pass
+        // makes it anew.
         Standing::Held { .. } if !is_true(workload, "QuotaReserved") && finished.is_none() => {
             let asked: Vec<(String, u64)> = sets.iter().map(|s| (s.name.clone(), s.members.len() as u64)).collect();
             let made: Vec<(String, u64)> = workload["spec"]["podSets"]
@@ -242,11 +263,8 @@ pub fn attach(
                 .flatten()
                 .map(|s| (s["name"].as_str().unwrap_or_default().to_owned(), s["count"].as_u64().unwrap_or(0)))
                 .collect();
-            if asked != made {
-                let name = workload["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-                let uid = workload["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
-                let resource_version = workload["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
-                plan.actions.push(Action::DeleteWorkload { name, uid, resource_version });
+            if asked != made || workload["spec"]["queueName"] != name {
+                plan.actions.push(delete_workload(workload));
                 return Ok(());
             }
         }

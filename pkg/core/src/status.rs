@@ -18,7 +18,7 @@ pub use conditions::{set_condition, set_condition_as_said};
 /// Condition types besides the phases.
 pub const SUSPENDED: &str = "Suspended";
 /// True while the job's Kueue queue holds it (its Workload not admitted), False once admitted.
-pub const QUEUED: &str = "Queued";
+pub use di_api::contract::kueue::QUEUED;
 pub const RESTART_LIMIT_EXCEEDED: &str = "RestartLimitExceeded";
 pub const AGGREGATOR_CONFIG_NOT_FOUND: &str = "AggregatorConfigNotFound";
 pub const NAMES_TAKEN: &str = "NamesTaken";

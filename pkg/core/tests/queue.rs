@@ -344,3 +344,32 @@ fn a_scale_up_past_the_admission_is_beyond_its_room_and_a_waiting_one_is_not() {
     let waiting = workload(&job, "team", None, None, &Settings::default()).unwrap();
     assert_eq!(beyond(5, &waiting), [], "a waiting job's Workload is made anew at its new size");
 }
+
+#[test]
+fn a_job_taken_out_of_its_queue_loses_its_workload_and_says_so_and_one_moved_gets_a_new_one() {
+    let mut job = queued_job(1);
+    let mut w = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    w["metadata"]["uid"] = json!("workload-uid");
+    let deletes = |plan: &Plan| {
+        plan.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { uid, .. } if uid == "workload-uid"))
+    };
+
+    // Moved to another queue while it waited: made anew in the new one.
+    let mut moved = job.clone();
+    moved.labels_mut().insert(QUEUE_LABEL.into(), "other".into());
+    assert!(deletes(&decide_in(&moved, &[], &[], kueue(Some(w.clone())))));
+    assert!(!deletes(&decide_in(&job, &[], &[], kueue(Some(w.clone())))), "same queue, same size: kept");
+
+    // Taken out: its Workload goes, its pods are made, and Queued turns False.
+    job.labels_mut().remove(QUEUE_LABEL);
+    job.status = Some(
+        serde_json::from_value(json!({"phase": "Created",
+        "conditions": [{"type": "Queued", "status": "True", "reason": "Pending", "message": "waiting"}]}))
+        .unwrap(),
+    );
+    let out = decide_in(&job, &[], &[], kueue(Some(w)));
+    assert!(deletes(&out), "{:?}", out.actions);
+    assert!(!created(&out.actions).is_empty(), "it runs without a queue");
+    let queued = condition(&out, "Queued");
+    assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("False", Some("NotQueued")));
+}
