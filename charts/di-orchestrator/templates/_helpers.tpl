@@ -133,10 +133,11 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
   resources: ["podgroups"]
   verbs: ["create", "patch", "delete"]
 # Kueue: the Workload of each job in a queue (made, watched, made anew when the job changed size
-# while it waited, its status written with what the job's pods do).
+# while it waited, made inactive while the job is suspended, its status written with what the
+# job's pods do).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]

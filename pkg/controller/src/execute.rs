@@ -143,6 +143,9 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             Action::DeleteWorkload { name, uid, resource_version } => {
                 crate::workloads::delete(ctx, job, name, uid, resource_version).await?
             }
+            Action::SetWorkloadActive { name, resource_version, active } => {
+                crate::workloads::set_active(ctx, job, name, resource_version, *active).await?
+            }
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);
                 // This job, not one submitted again under its name since.

@@ -9,7 +9,7 @@ use di_api::DIJob;
 use di_client::is_status;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -158,6 +158,18 @@ pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, vers
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
         Err(source) => Err(Error::Delete { kind: "Workload".into(), name: name.to_owned(), source }),
+    }
+}
+
+/// Makes the job's Workload active or not, at the resourceVersion read: a Workload changed since
+/// is left to the next pass.
+pub async fn set_active(ctx: &Arc<Context>, job: &DIJob, name: &str, version: &str, active: bool) -> Result<(), Error> {
+    let api = api(ctx, &job.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": {"active": active}});
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+        Err(source) => Err(Error::WriteWorkload { name: name.to_owned(), source }),
     }
 }
 

@@ -86,6 +86,13 @@ pub enum Action {
         /// As read: one Kueue has since admitted is not deleted.
         resource_version: String,
     },
+    /// The job's Workload made active (the job resumed) or inactive (suspended by its user, which
+    /// has Kueue evict it and give its quota back), written at the resourceVersion read.
+    SetWorkloadActive {
+        name: String,
+        resource_version: String,
+        active: bool,
+    },
 }
 
 /// Why a pod is deleted, for events and metrics.

@@ -237,6 +237,17 @@ pub fn attach(
         }
         return Ok(());
     };
+    // A job its user suspends gives its place back, as Kueue's integrations whose jobs decide
+    // their Workload's activation do; resumed, it queues again.
+    let active = !job.spec.is_suspended() || finished.is_some();
+    if workload["spec"]["active"].as_bool().unwrap_or(true) != active {
+        let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
+        plan.actions.push(Action::SetWorkloadActive {
+            name: field("name"),
+            resource_version: field("resourceVersion"),
+            active,
+        });
+    }
     let mut reclaimable = None;
     match standing(name, queue) {
         Standing::Admitted { .. } => {

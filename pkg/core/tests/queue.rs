@@ -373,3 +373,27 @@ fn a_job_taken_out_of_its_queue_loses_its_workload_and_says_so_and_one_moved_get
     let queued = condition(&out, "Queued");
     assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("False", Some("NotQueued")));
 }
+
+#[test]
+fn a_suspended_job_makes_its_workload_inactive_and_active_again_when_resumed() {
+    let mut job = queued_job(1);
+    let w = admitted(&job);
+    let activation = |plan: &Plan| {
+        plan.actions.iter().find_map(|a| match a {
+            Action::SetWorkloadActive { active, resource_version, .. } => Some((*active, resource_version.clone())),
+            _ => None,
+        })
+    };
+    assert_eq!(activation(&decide_in(&job, &[], &[], kueue(Some(w.clone())))), None, "active as made");
+    job.spec.suspend = Some(true);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let suspended = decide_in(&job, &pods, &services, kueue(Some(w.clone())));
+    assert_eq!(activation(&suspended), Some((false, "7".to_string())), "its quota goes back to the queue");
+    assert!(suspended.actions.iter().any(|a| matches!(a, Action::DeletePod { .. })), "and its pods go");
+
+    let mut inactive = w.clone();
+    inactive["spec"]["active"] = json!(false);
+    assert_eq!(activation(&decide_in(&job, &[], &[], kueue(Some(inactive.clone())))), None, "said once");
+    job.spec.suspend = Some(false);
+    assert_eq!(activation(&decide_in(&job, &[], &[], kueue(Some(inactive)))), Some((true, "7".to_string())));
+}
