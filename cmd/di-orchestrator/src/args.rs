@@ -84,10 +84,16 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub(crate) gang_scheduler_name: Option<String>,
     /// Queues for jobs labelled `kueue.x-k8s.io/queue-name`: `auto` uses Kueue where the API
-    /// server serves its Workloads (asked at start-up) and otherwise holds such jobs, saying why;
-    /// `kueue` refuses to start without Kueue; `none` holds them without asking.
+    /// server serves its Workloads (asked at start-up; where it does not, asked again every
+    /// --queues-recheck-seconds, and the orchestrator exits to be started again with Kueue's
+    /// queues once it does) and otherwise holds such jobs, saying why; `kueue` refuses to start
+    /// without Kueue; `none` holds them without asking.
     #[arg(long, value_enum, env = "DI_QUEUES", default_value = "auto")]
     pub(crate) queues: Queues,
+    /// With --queues=auto and no Kueue at start-up, how often to ask whether it has been
+    /// installed since, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) queues_recheck_seconds: u64,
     /// First delay before a failed replica is replaced, in seconds; it doubles each time.
     #[arg(long, default_value_t = 10.0)]
     pub(crate) restart_backoff_seconds: f64,

@@ -126,13 +126,35 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         },
     };
 
-    let run = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));
+    // Kueue installed after the start: its Workloads are watched from the start or not at all,
+    // so the orchestrator stops and exits, and its Deployment starts it again to watch them.
+    let kueue_later = matches!(args.queues, Queues::Auto) && !options.kueue;
+    let recheck = Duration::from_secs(args.queues_recheck_seconds.max(1));
+    let installed = Arc::new(AtomicBool::new(false));
+    let reconcile = reconciler::run(client.clone(), options, metrics.clone(), until_stopped(stopped.clone()));
+    let run = {
+        let (client, installed) = (client.clone(), installed.clone());
+        async move {
+            tokio::select! {
+                () = reconcile => {}
+                () = di_controller::workloads::until_served(&client, recheck), if kueue_later => {
+                    installed.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    };
     match election {
         None => run.await,
         Some(config) => {
             let lease_client = timed_client(config.client_config(kube_config), metrics)?;
             lead(lease_client, config, run, stopped).await?;
         }
+    }
+    if installed.load(Ordering::Relaxed) {
+        anyhow::bail!(
+            "Kueue's Workloads are served now, and were not when the orchestrator started: exiting, to be started \
+             again with jobs' queues in Kueue"
+        );
     }
     info!("stopped");
     Ok(())

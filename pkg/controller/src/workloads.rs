@@ -47,6 +47,19 @@ pub async fn served(client: &Client) -> Result<bool, kube::Error> {
     Ok(served)
 }
 
+/// Returns once the API server serves Kueue's Workloads, asking every `period` (a failed
+/// question is asked again at the next).
+pub async fn until_served(client: &Client, period: std::time::Duration) {
+    let kind = queue::workload_kind();
+    loop {
+        tokio::time::sleep(period).await;
+        if let Ok(true) = crate::discovery::serves_once(client, &kind.api_version, &kind.plural).await {
+            warn!(api_version = %kind.api_version, "Kueue has been installed since the orchestrator started");
+            return;
+        }
+    }
+}
+
 /// The caches, and the stream of Workload changes that brings their jobs' passes. Workloads
 /// are watched in `namespace` (all when `None`) and only ours, by the label every object of a
 /// job carries; flavors everywhere, being cluster-scoped and few.
