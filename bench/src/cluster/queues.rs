@@ -87,10 +87,8 @@ async fn on(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 /// CPU every pod asks for, which Kueue counts against the queue's quota.
 fn requested(job: &mut DIJob) {
     let resources = json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
-    let templates = [
-        job.spec.coordinator.as_mut().map(|c| &mut c.template),
-        job.spec.collector.as_mut().map(|c| &mut c.template),
-    ];
+    let templates =
+        [job.spec.coordinator.as_mut().map(|c| &mut c.template), job.spec.collector.as_mut().map(|c| &mut c.template)];
     for template in templates.into_iter().flatten() {
         for container in template.spec.iter_mut().flat_map(|s| s.containers.iter_mut()) {
             container.resources = serde_json::from_value(resources.clone()).ok();
@@ -112,12 +110,22 @@ async fn queue_in(client: &Client, ns: &str) -> anyhow::Result<()> {
     let quota = |name: &str, amount: &str| json!({"name": name, "nominalQuota": amount});
     let objects: [(&str, &str, Option<&str>, Value); 3] = [
         ("ResourceFlavor", "resourceflavors", None, json!({"metadata": {"name": "bench"}, "spec": {}})),
-        ("ClusterQueue", "clusterqueues", None, json!({"metadata": {"name": "bench"}, "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
-                "flavors": [{"name": "bench", "resources": [quota("cpu", "100000"), quota("memory", "100000Gi")]}]}],
-        }})),
-        ("LocalQueue", "localqueues", Some(ns), json!({"metadata": {"name": QUEUE}, "spec": {"clusterQueue": "bench"}})),
+        (
+            "ClusterQueue",
+            "clusterqueues",
+            None,
+            json!({"metadata": {"name": "bench"}, "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                    "flavors": [{"name": "bench", "resources": [quota("cpu", "100000"), quota("memory", "100000Gi")]}]}],
+            }}),
+        ),
+        (
+            "LocalQueue",
+            "localqueues",
+            Some(ns),
+            json!({"metadata": {"name": QUEUE}, "spec": {"clusterQueue": "bench"}}),
+        ),
     ];
     for (kind, plural, namespace, mut object) in objects {
         let resource = kueue::resource(kind, plural);

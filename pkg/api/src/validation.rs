@@ -237,6 +237,15 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
     errs.into_result()
 }
 
+/// Validates an update that leaves the spec as it was: only the job's queue may not change (see
+/// [`check_queue_update`]); any other such write (labels, finalizers) is let through, whatever the
+/// stored spec, which an older release may have accepted.
+pub fn validate_dijob_metadata_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationErrors> {
+    let mut errs = Errors(vec![]);
+    check_queue_update(old, new, &mut errs);
+    errs.into_result()
+}
+
 /// A job's Kueue queue (its label) may be set, changed or removed only while no pod of it may
 /// run: before the orchestrator has seen it, while its queue holds it, while it is suspended, or
 /// once it has finished. A running job put in a queue would lose its pods until admitted; one

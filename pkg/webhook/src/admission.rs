@@ -4,7 +4,9 @@
 
 use di_api::contract::GROUP;
 use di_api::defaults::{default_aggregator_config, default_dijob};
-use di_api::validation::{ValidationErrors, validate_aggregator_config, validate_dijob, validate_dijob_update};
+use di_api::validation::{
+    ValidationErrors, validate_aggregator_config, validate_dijob, validate_dijob_metadata_update, validate_dijob_update,
+};
 use di_api::{AggregatorConfig, DIJob};
 
 use crate::claims::Claims;
@@ -185,8 +187,13 @@ pub fn validate_against(request: &AdmissionRequest<DynamicObject>, claims: Optio
                     Ok(mut old) => {
                         default_dijob(&mut old);
                         // A write that leaves the spec alone (labels, finalizers: the garbage
-                        // collector's, through whichever version it prefers) is never refused.
-                        if old.spec == job.spec { Ok(()) } else { validate_dijob_update(&old, &job) }
+                        // collector's, through whichever version it prefers) is refused only
+                        // for moving a running job between queues.
+                        if old.spec == job.spec {
+                            validate_dijob_metadata_update(&old, &job)
+                        } else {
+                            validate_dijob_update(&old, &job)
+                        }
                     }
                     Err(denial) => return *denial,
                 }

@@ -281,6 +281,24 @@ async fn v2alpha1_takes_a_role_job_and_never_refuses_a_write_that_keeps_the_spec
     assert_eq!(response["allowed"], true, "{response}");
 }
 
+/// A write that keeps the spec but moves a running job into a Kueue queue is refused, naming
+/// the label; the same write while the job's queue holds it passes.
+#[tokio::test]
+async fn a_running_job_is_not_moved_between_queues() {
+    let mut old = minimal_job();
+    old["status"] = json!({"phase": "Running"});
+    let mut queued = old.clone();
+    queued["metadata"]["labels"] = json!({"kueue.x-k8s.io/queue-name": "team"});
+    let response = answer("/validate", review("UPDATE", "DIJob", queued.clone(), Some(old.clone()))).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("metadata.labels[kueue.x-k8s.io/queue-name]: Forbidden"), "{message}");
+
+    old["status"]["conditions"] = json!([{"type": "Queued", "status": "True"}]);
+    let response = answer("/validate", review("UPDATE", "DIJob", queued, Some(old))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
 /// A job the webhook lets through but that will not do what it reads is answered with an
 /// admission warning, which kubectl prints.
 #[tokio::test]

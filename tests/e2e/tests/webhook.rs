@@ -163,6 +163,16 @@ orchestrator log:
         "{err}"
     );
 
+    // A job that may be running cannot be put in a Kueue queue (nor moved, nor taken out).
+    let running = json!({"status": {"phase": "Running"}});
+    jobs.patch_status("defaulted", &PatchParams::default(), &Patch::Merge(&running)).await.unwrap();
+    let queued = json!({"metadata": {"labels": {di_api::contract::kueue::QUEUE_NAME: "team"}}});
+    let err = jobs
+        .patch("defaulted", &PatchParams::default(), &Patch::Merge(&queued))
+        .await
+        .expect_err("a running job keeps its queue");
+    assert!(err.to_string().contains("the queue of a job that may be running cannot change"), "{err}");
+
     // A 1.x job under its own version: defaulted as 1.x does.
     let gvk = GroupVersionKind::gvk("diengine.opendilab.org", "v2alpha1", "DIJob");
     let v2: Api<DynamicObject> = Api::namespaced_with(cluster.client.clone(), &ns, &ApiResource::from_gvk(&gvk));
