@@ -39,7 +39,7 @@ if docker_answers; then
 fi
 kind/host/sysctls.sh restore
 kind/host/dockerd.sh stop
-rm -f "$REPO_ROOT/.cache/kind.kubeconfig" "$STATE_DIR/orchestrator-image"
+rm -f "$REPO_ROOT/.cache/kind.kubeconfig" "$STATE_DIR/orchestrator-image" "$STATE_DIR/kueue-applied"
 if [[ $deleted != true ]]; then
   echo "kind/down.sh: cluster $CLUSTER_NAME could not be deleted (see Docker's answer above)" >&2
   exit 1

@@ -7,6 +7,7 @@ KIND_VERSION=v0.33.0
 KUBERNETES_VERSION=v1.37.2
 HELM_VERSION=v3.21.4
 COREDNS_VERSION=v1.14.6   # what kubeadm $KUBERNETES_VERSION deploys
+KUEUE_VERSION=v0.19.2     # as tests/e2e/src/kueue.rs builds it; a test keeps them in step
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER_NAME=${KIND_CLUSTER:-di-orchestrator}
@@ -28,4 +29,23 @@ docker_answers() { docker info >/dev/null 2>&1; }
 docker_build() {
   local out
   out=$(docker build "$@" 2>&1) || { printf '%s\n' "$out" >&2; return 1; }
+}
+
+# Waits until a webhook answers steadily: ready pods are not yet a webhook that answers, as their
+# addresses reach kube-proxy's rules a moment later. Done when a dry-run create of PROBE (JSON)
+# passes the webhook 12 times in a row, 0.25 s apart: the rule of
+# di_client::wait::until_webhook_settled (kubectl di install and the e2e suite), in shell here
+# because these scripts deploy with kubectl.
+until_webhook_settled() { # until_webhook_settled KUBECTL WHAT PROBE
+  local answered=0
+  for _ in $(seq 480); do
+    if echo "$3" | "$1" create --dry-run=server -f - >/dev/null 2>&1; then
+      answered=$((answered + 1))
+      ((answered >= 12)) && return 0
+    else
+      answered=0
+    fi
+    sleep 0.25
+  done
+  die "$2's webhook did not answer steadily within 2 minutes"
 }

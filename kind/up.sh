@@ -2,8 +2,9 @@
 # `make kind`: from nothing to the orchestrator deployed on a kind cluster, idempotently. Starts
 # a Docker daemon when none answers, builds kind (and, where no registry is reachable, the node
 # image) from pinned sources into the cache, creates the cluster, builds and loads the images,
-# deploys with `kubectl apply -k` and waits until the webhook answers. Writes the cluster's
-# kubeconfig to .cache/kind.kubeconfig. kind/down.sh undoes all of it.
+# deploys Kueue (kind/kueue/deploy.sh) and then the orchestrator with `kubectl apply -k`, and
+# waits until both webhooks answer. Writes the cluster's kubeconfig to .cache/kind.kubeconfig.
+# kind/down.sh undoes all of it.
 #
 # KIND_NODE_IMAGE=<image> uses that node image; KIND_OFFLINE=1 (or a failed pull of kind's
 # public image) builds one here.
@@ -49,29 +50,20 @@ orchestrator_image=$(kind/images/build.sh orchestrator "$target_dir"/debug/di-or
 for image in "$orchestrator_image" $(kind/images/build.sh busybox); do
   "$kind_bin" load docker-image "$image" --name "$CLUSTER_NAME" >/dev/null
 done
+# Kueue before the orchestrator, which looks for it only when it starts (--queues=auto).
+kueue_start=$SECONDS
+kueue=$(kind/kueue/deploy.sh "$kubectl" "$kind_bin")
+say "Kueue $KUEUE_VERSION deployed in $((SECONDS - kueue_start)) s"
 deployed=$("$kubectl" -n di-system get deployment di-orchestrator -o name 2>/dev/null || true)
 "$kubectl" apply --server-side --force-conflicts -k kind/overlay >/dev/null
-# A new build under the same tag: pods already running the old one must restart to run it.
+# A new build under the same tag: pods already running the old one must restart to run it; so
+# must those that started before Kueue was there.
 image_id=$(docker image inspect -f '{{.Id}}' "$orchestrator_image")
-if [[ -n $deployed && $(cat "$STATE_DIR/orchestrator-image" 2>/dev/null) != "$image_id" ]]; then
+if [[ -n $deployed && ($(cat "$STATE_DIR/orchestrator-image" 2>/dev/null) != "$image_id" || $kueue == installed) ]]; then
   "$kubectl" -n di-system rollout restart deployment/di-orchestrator >/dev/null
 fi
 echo "$image_id" >"$STATE_DIR/orchestrator-image"
 "$kubectl" -n di-system rollout status deployment/di-orchestrator --timeout=180s
-# Ready pods are not yet a webhook that answers: their addresses reach kube-proxy's rules a moment
-# later. Done when a dry-run DIJob passes the webhook 12 times in a row, 0.25 s apart: the rule of
-# di_client::wait::until_webhook_settled (kubectl di install and the e2e suite), in shell here
-# because this script deploys with kubectl and does not build the plugin.
 probe='{"apiVersion":"diengine.opendilab.org/v1alpha1","kind":"DIJob","metadata":{"name":"di-webhook-probe","namespace":"di-system"},"spec":{"coordinator":{"template":{"spec":{"containers":[{"name":"di-container","image":"probe"}]}}}}}'
-answered=0
-for _ in $(seq 480); do
-  if echo "$probe" | "$kubectl" create --dry-run=server -f - >/dev/null 2>&1; then
-    answered=$((answered + 1))
-    ((answered >= 12)) && break
-  else
-    answered=0
-  fi
-  sleep 0.25
-done
-((answered >= 12)) || die "the orchestrator's webhook did not answer steadily within 2 minutes"
+until_webhook_settled "$kubectl" "the orchestrator" "$probe"
 say "deployed in $((SECONDS - start)) s; KUBECONFIG=$KUBECONFIG"

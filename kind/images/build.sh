@@ -7,10 +7,13 @@
 #                                              libraries it links and nothing else
 #   kind/images/build.sh busybox               Debian's busybox with the C library it links,
 #                                              for the suite's replicas
+#   kind/images/build.sh kueue BINARY          Kueue's manager from its static binary
+#                                              (kind/kueue/deploy.sh builds it)
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 ORCHESTRATOR_IMAGE=opendilab/di-orchestrator:dev
 BUSYBOX_IMAGE=di-e2e/busybox:1.35   # Debian bookworm's busybox is 1.35; tests/e2e/src/nodes.rs names it
+KUEUE_IMAGE=di-kind/kueue:$KUEUE_VERSION
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
@@ -62,7 +65,16 @@ DOCKERFILE
     printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD ["sh"]\n' >"$ctx/Dockerfile"
     image=$BUSYBOX_IMAGE
     ;;
-  *) die "usage: build.sh orchestrator BINARY | busybox" ;;
+  kueue)
+    binary=${2:?usage: build.sh kueue BINARY}
+    [[ -x $binary ]] || die "$binary is not an executable; kind/kueue/deploy.sh builds it"
+    # Where Kueue's manifests run it from; static (CGO off), so it needs nothing else.
+    install -D "$binary" "$ctx/rootfs/manager"
+    # Non-root and numeric, as its Deployment's runAsNonRoot requires.
+    printf 'FROM scratch\nCOPY rootfs/ /\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' >"$ctx/Dockerfile"
+    image=$KUEUE_IMAGE
+    ;;
+  *) die "usage: build.sh orchestrator BINARY | busybox | kueue BINARY" ;;
 esac
 docker_build -t "$image" "$ctx"
 echo "$image"

@@ -1,12 +1,15 @@
-//! Kueue beside a control plane a test starts: its manager built from the Go module at a pinned
-//! version and cached outside the clone like the control plane, its CRDs from the same module,
-//! run out of cluster with certificates of its own and a configuration that names DIJob an
-//! external framework.
+//! Kueue for the queue scenarios. On the control-plane tier, beside a control plane a test
+//! starts: its manager built from the Go module at a pinned version and cached outside the clone
+//! like the control plane, its CRDs from the same module, run out of cluster with certificates of
+//! its own and a configuration that names DIJob an external framework. On kind, the Kueue that
+//! kind/up.sh deployed from the same module's manifests, around the same binary
+//! (kind/kueue/deploy.sh), with its webhooks live.
 //!
 //! The build runs inside a copy of Kueue's own module: its go.sum covers every dependency, and a
 //! module of ours that required Kueue would ask the checksum database for modules it does not know.
-//! Kueue's admission webhooks are not registered with the API server: they default and check
-//! Kueue's own objects, which the tests write whole.
+//! Beside a control plane, Kueue's admission webhooks are not registered with the API server: they
+//! default and check Kueue's own objects (the Workloads the orchestrator writes among them), which
+//! only the kind tier shows.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +31,10 @@ const MODULE: &str = "sigs.k8s.io/kueue";
 
 /// Where Kueue's manager reads its metrics certificate, whatever its configuration says.
 const METRICS_CERTS: &str = "/etc/kueue/metrics/certs";
+
+/// The label of the namespaces where the Kueue on kind manages jobs and pods (its
+/// `managedJobsNamespaceSelector`, in kind/kueue/manager-config.yaml): [`TestQueue`]'s.
+pub const MANAGED_NAMESPACES: (&str, &str) = ("di-e2e/kueue", "managed");
 
 /// The kinds Kueue is told external controllers manage: a DIJob under either version it is
 /// written in (Kueue matches owner references by apiVersion).
@@ -183,4 +190,42 @@ fn write_certificate(dir: &Path) -> anyhow::Result<()> {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+mod queue;
+mod turns;
+
+pub use queue::TestQueue;
+pub use turns::{Share, WithKueue, before_kueue, with_kueue};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::binaries;
+
+    /// The kind tier deploys the same Kueue, configured as the control-plane tier's.
+    #[test]
+    fn the_kind_tier_runs_the_same_kueue_with_dijob_external() {
+        let root = binaries::repo_root();
+        let lib = std::fs::read_to_string(root.join("kind/lib.sh")).unwrap();
+        assert!(
+            lib.lines().any(|l| l.split_whitespace().next() == Some(&format!("KUEUE_VERSION={VERSION}"))),
+            "kind/lib.sh must set KUEUE_VERSION={VERSION}"
+        );
+        let patch: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(root.join("kind/kueue/manager-config.yaml")).unwrap())
+                .unwrap();
+        let text = patch["data"]["controller_manager_config.yaml"].as_str().expect("the manager's configuration");
+        let config: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
+        let external: Vec<&str> = config["integrations"]["externalFrameworks"]
+            .as_sequence()
+            .expect("externalFrameworks")
+            .iter()
+            .filter_map(|f| f.as_str())
+            .collect();
+        assert_eq!(external, EXTERNAL_FRAMEWORKS);
+        assert_eq!(config["manageJobsWithoutQueueName"].as_bool(), Some(false));
+        let selector = &config["managedJobsNamespaceSelector"]["matchLabels"];
+        assert_eq!(selector[MANAGED_NAMESPACES.0].as_str(), Some(MANAGED_NAMESPACES.1));
+    }
 }

@@ -1,19 +1,19 @@
-//! Queues and quotas: Kueue beside a control plane of the test's own (`di_e2e::kueue`).
+//! Queues and quotas: each scenario with a queue of its own, on Kueue beside a control plane of
+//! the test's own or, on kind, the Kueue deployed there (`di_e2e::kueue`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::{DIJob, DIJobCondition, Phase};
-use di_e2e::binaries::{self, Unavailable};
 use di_e2e::capacity::{self, NodeShape};
-use di_e2e::cluster::{TestCluster, not_applicable, skip, until_watched, within};
-use di_e2e::controlplane::{ControlPlane, Options};
+use di_e2e::cluster::{until_watched, within};
 use di_e2e::history::{created_once, pod_uids};
-use di_e2e::kueue;
-use di_e2e::nodes::real_nodes;
+use di_e2e::kueue::{self, Share, TestQueue};
+use di_e2e::nodes::{REAL_IMAGE, real_nodes};
 use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -22,109 +22,31 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-/// A flavor, a ClusterQueue `team` of `quota` (resource, quantity) for every namespace, whose
-/// workloads preempt lower-priority ones, and a LocalQueue `queue` of it in `ns`.
-async fn queue_of(client: &Client, ns: &str, queue: &str, quota: &[(&str, &str)]) {
-    flavored_queue_of(client, ns, queue, quota, json!({})).await;
-}
+/// What each replica asks for: little, since on kind one node's cores run all of this binary's
+/// scenarios at once.
+const REPLICA_CPU: &str = "50m";
 
-/// As [`queue_of`], its flavor's nodes those labelled `node_labels`.
-async fn flavored_queue_of(
-    client: &Client,
-    ns: &str,
-    queue: &str,
-    quota: &[(&str, &str)],
-    node_labels: serde_json::Value,
-) {
-    let create = |kind: &'static str, plural: &str, namespace: Option<&str>, object: serde_json::Value| {
-        let resource = kueue::resource(kind, plural);
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        async move {
-            let object: DynamicObject = serde_json::from_value(object).unwrap();
-            api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("creating a {kind}: {e}"));
-        }
-    };
-    create(
-        "ResourceFlavor",
-        "resourceflavors",
-        None,
-        json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "default"},
-            "spec": {"nodeLabels": node_labels},
-        }),
-    )
-    .await;
-    create("ClusterQueue", "clusterqueues", None, json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "team"},
-        "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"}, "resourceGroups": [{
-            "coveredResources": quota.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
-            "flavors": [{"name": "default", "resources": quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect::<Vec<_>>()}],
-        }]},
-    }))
-    .await;
-    create(
-        "LocalQueue",
-        "localqueues",
-        Some(ns),
-        json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": queue},
-            "spec": {"clusterQueue": "team"},
-        }),
-    )
-    .await;
-}
+/// Room for one job of two replicas (and the sidecar's 10m beside the coordinator: 110m), not two.
+const ROOM_FOR_ONE: [(&str, &str); 2] = [("cpu", "150m"), ("memory", "100Gi")];
 
-/// A control plane's run folder is named after its process: one at a time in this one.
-static ONE_PLANE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A control plane of its own with Kueue beside it (the test's while it holds the guard), or
-/// `None` after saying why there is none.
-async fn with_kueue() -> Option<(ControlPlane, TestCluster, tokio::sync::MutexGuard<'static, ()>)> {
-    if real_nodes() {
-        not_applicable("Kueue runs beside a control plane of its own, which the test starts");
-        return None;
-    }
-    let root = binaries::repo_root();
-    let binaries = match binaries::obtain(&root).unwrap() {
-        Ok(binaries) => binaries,
-        Err(Unavailable(why)) => {
-            skip(&format!("Kueue's tests need a control plane: {why}"));
-            return None;
-        }
-    };
-    let (kueue, module) = match kueue::obtain(&root).unwrap() {
-        Ok(found) => found,
-        Err(Unavailable(why)) => {
-            skip(&why);
-            return None;
-        }
-    };
-    let guard = ONE_PLANE.lock().await;
-    let runs = root.join(".cache/controlplane/runs");
-    let mut plane = Box::pin(ControlPlane::start_with(&binaries, &runs, &Options::default())).await.unwrap();
-    let cluster = TestCluster { client: plane.client().await.unwrap(), kubeconfig: plane.kubeconfig.clone() };
-    kueue::start(&mut plane, &cluster, &kueue, &module).await.unwrap();
-    Some((plane, cluster, guard))
-}
-
+/// Kueue alone, with batch/Jobs (one of its own frameworks): on kind this checks the deployment
+/// itself, its Job webhook among it, so that a failure of the scenarios below is the orchestrator's.
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
-async fn kueue_runs_beside_the_control_plane_and_admits_within_its_quota() {
-    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+async fn kueue_admits_batch_jobs_within_its_quota() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
     let ns = cluster.namespace("kueue").await;
-    queue_of(&cluster.client, &ns, "queue", &[("cpu", "1")]).await;
-    // Three Jobs of one CPU each in a queue of one CPU, created suspended as Kueue's webhook
-    // would have them: Kueue lets exactly one start.
+    let queue = TestQueue::create(&cluster.client, &ns, "queue", &[("cpu", REPLICA_CPU)]).await;
+    // Three Jobs of one replica's CPU each in a queue of one's, created suspended as Kueue's
+    // webhook would have them: Kueue lets exactly one start. Its pod waits (on kind, a container
+    // that sleeps until the namespace goes).
     let jobs: Api<Job> = Api::namespaced(cluster.client.clone(), &ns);
     for i in 0..3 {
         let job = json!({
             "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": format!("queued-{i}"), "labels": {"kueue.x-k8s.io/queue-name": "queue"}},
-            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}},
+            "metadata": {"name": format!("queued-{i}"), "labels": {QUEUE_LABEL: "queue"}},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [
+                {"name": "main", "image": REAL_IMAGE, "command": ["sleep", "3600"], "resources": {"requests": {"cpu": REPLICA_CPU}}},
             ]}}},
         });
         jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.unwrap();
@@ -145,14 +67,21 @@ async fn kueue_runs_beside_the_control_plane_and_admits_within_its_quota() {
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c["type"] == "Admitted" && c["status"] == "True"))
     };
-    let all = workloads.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(all.len(), 3, "one Workload per Job");
+    // Kueue makes each Job's Workload in its own time: the others may come after the first starts.
+    let kind = kueue::resource("Workload", "workloads");
+    let all = until_watched(workloads, watcher::Config::default(), kind, WAIT, "one Workload per Job", |all| {
+        (all.len() == 3).then(|| all.to_vec())
+    })
+    .await;
     assert_eq!(all.iter().filter(|w| admitted(w)).count(), 1);
-    plane.stop().await;
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    namespaces.delete(&ns, &DeleteParams::default()).await.unwrap();
+    queue.delete().await;
+    kueue.stop().await;
 }
 
-/// A role job in `queue`: a coordinator and one collector of one CPU each (and the sidecar's
-/// 10m beside the coordinator).
+/// A role job in `queue`: a coordinator and one collector of [`REPLICA_CPU`] each (and the
+/// sidecar's 10m beside the coordinator).
 async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
     submit_ranked(s, name, queue, None).await;
 }
@@ -160,8 +89,9 @@ async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
 /// As [`submit_queued`], of PriorityClass `class` when given.
 async fn submit_ranked(s: &Scenario, name: &str, queue: &str, class: Option<&str>) {
     let mut container = s.nodes.container();
-    container["resources"] = json!({"requests": {"cpu": "1"}});
-    let pod = json!({"containers": [container]});
+    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
+    let mut pod = s.nodes.pod_spec();
+    pod["containers"] = json!([container]);
     let job = json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
         "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
@@ -203,10 +133,9 @@ async fn pods_of(s: &Scenario, job: &str) -> usize {
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
-    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
     let s = Box::pin(Scenario::on(cluster, "queued", &[])).await;
-    // Room for one job of 2.01 CPUs, not two.
-    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
+    let queue = TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE).await;
     for name in ["first", "second", "third"] {
         submit_queued(&s, name, "team-queue").await;
     }
@@ -245,25 +174,28 @@ async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert_eq!(pods_of(&s, &waiting[0]).await, 0);
     drop(s);
-    plane.stop().await;
+    queue.delete().await;
+    kueue.stop().await;
 }
 
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
-    let Some((plane, cluster, _one)) = with_kueue().await else { return };
-    let classes: Api<PriorityClass> = Api::all(cluster.client.clone());
-    for (name, value) in [("di-low", 10), ("di-high", 1000)] {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "preempt", &[])).await;
+    // PriorityClasses are cluster-wide: named after the namespace, as the scenario's own.
+    let classes: Api<PriorityClass> = Api::all(s.cluster.client.clone());
+    let (low_class, high_class) = (format!("{}-low", s.ns), format!("{}-high", s.ns));
+    for (name, value) in [(&low_class, 10), (&high_class, 1000)] {
         let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value});
         classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
     }
-    let s = Box::pin(Scenario::on(cluster, "preempt", &[])).await;
-    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
-    submit_ranked(&s, "low", "team-queue", Some("di-low")).await;
+    let queue = TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE).await;
+    submit_ranked(&s, "low", "team-queue", Some(&low_class)).await;
     s.wait_phase("low", Phase::Running).await;
 
     // Room for one of them: the higher one takes it, the lower one loses its pods and waits.
-    submit_ranked(&s, "high", "team-queue", Some("di-high")).await;
+    submit_ranked(&s, "high", "team-queue", Some(&high_class)).await;
     s.wait_phase("high", Phase::Running).await;
     let evicted = s.jobs.get("low").await.unwrap();
     let held = queued(&evicted).expect("a Queued condition");
@@ -292,21 +224,48 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
     s.nodes.exit(&s.ns, "low-coordinator", 0).await;
     s.wait_phase("low", Phase::Succeeded).await;
     drop(s);
-    plane.stop().await;
+    queue.delete().await;
+    for class in [&low_class, &high_class] {
+        classes.delete(class, &DeleteParams::default()).await.unwrap();
+    }
+    kueue.stop().await;
+}
+
+/// The label that marks the flavor scenario's node, its value the scenario's namespace.
+const FLAVOR_LABEL: &str = "di-e2e/flavor";
+
+/// A node labelled [`FLAVOR_LABEL`]`=value`, its name: on simulated nodes one registered for the
+/// scenario, on kind a node of the cluster (every node is shared; the value is the scenario's).
+async fn flavor_node(client: &Client, value: &str) -> String {
+    if !real_nodes() {
+        let mut node =
+            NodeShape { name: "fast-node".into(), cpu: "8".into(), memory: "64Gi".into(), ..NodeShape::default() };
+        node.labels.insert(FLAVOR_LABEL.into(), value.into());
+        capacity::register(client, &node).await.unwrap();
+        return node.name;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    let name = nodes.list(&ListParams::default()).await.unwrap().items[0].name_any();
+    label_node(client, &name, json!(value)).await;
+    name
+}
+
+/// Sets (or, given null, removes) [`FLAVOR_LABEL`] on node `name`.
+async fn label_node(client: &Client, name: &str, value: serde_json::Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {FLAVOR_LABEL: value}}});
+    nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
-    let Some((plane, cluster, _one)) = with_kueue().await else { return };
-    // The flavor's node: the only one its labels select.
-    let mut node =
-        NodeShape { name: "fast-node".into(), cpu: "8".into(), memory: "64Gi".into(), ..NodeShape::default() };
-    node.labels.insert("di-e2e/flavor".into(), "fast".into());
-    capacity::register(&cluster.client, &node).await.unwrap();
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
     let s = Box::pin(Scenario::on(cluster, "flavors", &[])).await;
-    let quota = [("cpu", "3"), ("memory", "100Gi")];
-    flavored_queue_of(&s.cluster.client, &s.ns, "team-queue", &quota, json!({"di-e2e/flavor": "fast"})).await;
+    // The flavor's node: the only one its labels select.
+    let node = flavor_node(&s.cluster.client, &s.ns).await;
+    let labels = json!({FLAVOR_LABEL: s.ns});
+    let queue = TestQueue::flavored(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE, labels).await;
     submit_queued(&s, "placed", "team-queue").await;
     s.wait_phase("placed", Phase::Running).await;
     let params = ListParams::default().labels(&format!("{}=placed", di_api::contract::labels::JOB_NAME));
@@ -315,19 +274,23 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     for pod in &pods {
         let spec = pod.spec.as_ref().unwrap();
         let selector = spec.node_selector.clone().unwrap_or_default();
-        assert_eq!(selector.get("di-e2e/flavor").map(String::as_str), Some("fast"), "{}", pod.name_any());
-        assert_eq!(spec.node_name.as_deref(), Some("fast-node"), "{} runs on the flavor's node", pod.name_any());
+        assert_eq!(selector.get(FLAVOR_LABEL), Some(&s.ns), "{} asks for the flavor's nodes", pod.name_any());
+        assert_eq!(spec.node_name.as_deref(), Some(node.as_str()), "{} runs on the flavor's node", pod.name_any());
     }
+    label_node(&s.cluster.client, &node, serde_json::Value::Null).await;
     drop(s);
-    plane.stop().await;
+    queue.delete().await;
+    kueue.stop().await;
 }
 
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_nothing() {
-    let Some((plane, cluster, _one)) = with_kueue().await else { return };
+    // Alone: on kind the kill takes the deployed orchestrator, and with it the webhook the
+    // other scenarios' writes need, away.
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Alone).await else { return };
     let mut s = Box::pin(Scenario::on(cluster, "admit-crash", &[])).await;
-    queue_of(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "3"), ("memory", "100Gi")]).await;
+    let queue = TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE).await;
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
     let created = pod_uids(&s.pods).await;
@@ -358,5 +321,6 @@ async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_n
     assert!(s.pods.list(&ListParams::default()).await.unwrap().items.is_empty());
     assert!(s.services.list(&ListParams::default()).await.unwrap().items.is_empty());
     drop(s);
-    plane.stop().await;
+    queue.delete().await;
+    kueue.stop().await;
 }

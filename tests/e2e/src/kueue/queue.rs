@@ -1,0 +1,95 @@
+//! One queue scenario's Kueue objects.
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::{MANAGED_NAMESPACES, resource};
+
+/// One scenario's queue: a ResourceFlavor and a ClusterQueue named after its namespace, the
+/// ClusterQueue's namespaceSelector that namespace alone, and a LocalQueue in it; the namespace
+/// labelled as one whose jobs Kueue manages ([`MANAGED_NAMESPACES`]). On kind every
+/// scenario shares the cluster: its cluster-scoped objects are its own, and no scenario's queue
+/// admits another's jobs. [`TestQueue::delete`] removes them.
+pub struct TestQueue {
+    client: Client,
+    name: String,
+}
+
+impl TestQueue {
+    /// A queue `local` in `ns` of `quota` (resource, quantity), whose workloads preempt
+    /// lower-priority ones.
+    pub async fn create(client: &Client, ns: &str, local: &str, quota: &[(&str, &str)]) -> TestQueue {
+        Self::flavored(client, ns, local, quota, json!({})).await
+    }
+
+    /// As [`TestQueue::create`], its flavor's nodes those labelled `node_labels`.
+    pub async fn flavored(
+        client: &Client,
+        ns: &str,
+        local: &str,
+        quota: &[(&str, &str)],
+        node_labels: serde_json::Value,
+    ) -> TestQueue {
+        let queue = TestQueue { client: client.clone(), name: ns.to_owned() };
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let managed = json!({"metadata": {"labels": {MANAGED_NAMESPACES.0: MANAGED_NAMESPACES.1}}});
+        namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&managed)).await.expect("labelling the namespace");
+        let flavor = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": queue.name},
+            "spec": {"nodeLabels": node_labels},
+        });
+        queue.create_object("ResourceFlavor", "resourceflavors", None, flavor).await;
+        let resources: Vec<_> = quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect();
+        let cluster_queue = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": queue.name},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{
+                    "coveredResources": quota.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+                    "flavors": [{"name": queue.name, "resources": resources}],
+                }],
+            },
+        });
+        queue.create_object("ClusterQueue", "clusterqueues", None, cluster_queue).await;
+        let local_queue = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": local},
+            "spec": {"clusterQueue": queue.name},
+        });
+        queue.create_object("LocalQueue", "localqueues", Some(ns), local_queue).await;
+        queue
+    }
+
+    async fn create_object(&self, kind: &str, plural: &str, ns: Option<&str>, object: serde_json::Value) {
+        let api = self.api(kind, plural, ns);
+        let object: DynamicObject = serde_json::from_value(object).expect("a Kueue object");
+        api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("creating a {kind}: {e}"));
+    }
+
+    fn api(&self, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {
+        let resource = resource(kind, plural);
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    /// The ClusterQueue's name.
+    pub fn cluster_queue(&self) -> &str {
+        &self.name
+    }
+
+    /// Deletes the ClusterQueue and the ResourceFlavor (the LocalQueue goes with the namespace).
+    /// Not waited for: Kueue keeps each until nothing uses it.
+    pub async fn delete(self) {
+        for (kind, plural) in [("ClusterQueue", "clusterqueues"), ("ResourceFlavor", "resourceflavors")] {
+            match self.api(kind, plural, None).delete(&self.name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => panic!("deleting {kind} {}: {e}", self.name),
+            }
+        }
+    }
+}
