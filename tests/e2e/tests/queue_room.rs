@@ -1,0 +1,194 @@
+//! What an admitted job gives back to its queue and what it may ask of it: collectors scaled
+//! away free their quota for the next job and cannot be taken back; a suspended job frees its
+//! place and queues again when resumed; its coordinator is refused a scale-up past its admission;
+//! and Kueue installed after the orchestrator is used once the orchestrator has started again
+//! (`di_e2e::kueue`). That a running job's queue cannot change is the webhook's (`webhook.rs`).
+
+use std::time::Duration;
+
+use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
+use di_api::{DIJob, DIJobCondition, Phase};
+use di_e2e::cluster::{TestCluster, within};
+use di_e2e::kueue::{self, Share, TestQueue};
+use di_e2e::orchestrator::{Orchestrator, Sidecar};
+use di_e2e::scenario::{Scenario, WAIT};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+/// What each replica asks for (on kind one node's cores run every scenario at once).
+const REPLICA_CPU: &str = "50m";
+
+/// A role job in `queue` of a coordinator (with the sidecar's 10m beside it) and `collectors`
+/// collectors, each asking for [`REPLICA_CPU`].
+async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32) {
+    let mut container = s.nodes.container();
+    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
+    let mut pod = s.nodes.pod_spec();
+    pod["containers"] = json!([container]);
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": collectors, "template": {"spec": pod}}},
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+}
+
+fn queued(job: &DIJob) -> Option<&DIJobCondition> {
+    job.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Queued")
+}
+
+/// Waits until job `name`'s `Queued` condition is `status` with a message that contains `words`.
+async fn until_queued(s: &Scenario, name: &str, status: &str, words: &str) -> DIJob {
+    let what = format!("job {name} Queued={status} saying {words:?}");
+    let said = |job: Option<&DIJob>| {
+        job.and_then(queued).is_some_and(|c| c.status == status && c.message.as_deref().unwrap_or("").contains(words))
+    };
+    let job = within(WAIT, &what, await_condition(s.jobs.clone(), name, said)).await.unwrap();
+    job.expect("the job")
+}
+
+/// The Workload job `name` owns.
+async fn workload_of(s: &Scenario, name: &str) -> DynamicObject {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
+    let all = api.list(&ListParams::default()).await.unwrap().items;
+    all.into_iter().find(|w| w.owner_references().iter().any(|o| o.name == name)).expect("the job's Workload")
+}
+
+async fn scale(s: &Scenario, name: &str, collectors: i32) {
+    let patch = json!({"spec": {"collector": {"replicas": collectors}}});
+    s.jobs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+async fn suspend(s: &Scenario, name: &str, suspended: bool) {
+    let patch = json!({"spec": {"suspend": suspended}});
+    s.jobs.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn collectors_scaled_away_give_their_quota_to_the_next_job_and_cannot_take_it_back() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "reclaim", &[])).await;
+    // Room for `big` (60m + 2 x 50m) but not `small` (60m + 50m) beside it.
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "220m"), ("memory", "100Gi")]).await;
+    submit(&s, "big", "team-queue", 2).await;
+    s.wait_phase("big", Phase::Running).await;
+    submit(&s, "small", "team-queue", 1).await;
+    until_queued(&s, "small", "True", "team-queue").await;
+
+    // Its collectors scaled away: their quota goes back, and `small` is admitted with it.
+    scale(&s, "big", 0).await;
+    s.wait_phase("small", Phase::Running).await;
+    let given = workload_of(&s, "big").await.data["status"]["reclaimablePods"].clone();
+    assert_eq!(given, json!([{"name": "collector", "count": 2}]));
+
+    // Asked for again, the room is gone: no collector is made, and the job says why.
+    scale(&s, "big", 1).await;
+    until_queued(&s, "big", "False", "beyond what Kueue admitted").await;
+    let params = ListParams::default().labels(&format!("{}=big", di_api::contract::labels::JOB_NAME));
+    let pods = s.pods.list(&params).await.unwrap().items;
+    assert_eq!(pods.len(), 1, "the coordinator alone: {:?}", pods.iter().map(|p| p.name_any()).collect::<Vec<_>>());
+    drop(s);
+    queue.delete().await;
+    kueue.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_suspended_job_gives_its_place_to_the_next_and_queues_again_when_resumed() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "suspend", &[])).await;
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "150m"), ("memory", "100Gi")]).await;
+    submit(&s, "first", "team-queue", 1).await;
+    s.wait_phase("first", Phase::Running).await;
+    submit(&s, "second", "team-queue", 1).await;
+    until_queued(&s, "second", "True", "team-queue").await;
+
+    suspend(&s, "first", true).await;
+    s.wait_phase("second", Phase::Running).await;
+    assert_eq!(workload_of(&s, "first").await.data["spec"]["active"], json!(false), "made inactive");
+
+    // Resumed while `second` runs: it waits its turn again, with no pod.
+    suspend(&s, "first", false).await;
+    until_queued(&s, "first", "True", "team-queue").await;
+    assert_eq!(workload_of(&s, "first").await.data["spec"]["active"], json!(true));
+    let params = ListParams::default().labels(&format!("{}=first", di_api::contract::labels::JOB_NAME));
+    assert!(s.pods.list(&params).await.unwrap().items.is_empty());
+    drop(s);
+    queue.delete().await;
+    kueue.stop().await;
+}
+
+/// A request to the replica endpoint: its HTTP status and envelope.
+async fn call(url: &str, body: Value) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .body(serde_json::to_vec(&body).unwrap())
+        .send()
+        .await
+        .expect("the endpoint answers");
+    (response.status().as_u16(), response.json().await.expect("an envelope"))
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_coordinator_is_refused_more_collectors_than_its_admission_and_nothing_changes() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "endpoint-quota", &[])).await;
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "150m"), ("memory", "100Gi")]).await;
+    submit(&s, "elastic", "team-queue", 1).await;
+    s.wait_phase("elastic", Phase::Running).await;
+    let sidecar = Sidecar::start(&s.cluster, &s.ns, "elastic").await;
+    let url = format!("{}/v1alpha1/replicas", sidecar.url);
+    let body = json!({"namespace": s.ns, "coordinator": "elastic-coordinator", "collectors": {"replicas": 1}});
+    let mut answer = None;
+    // The endpoint answers once it has started and the job's status names its pod.
+    for _ in 0..100 {
+        match reqwest::get(format!("{}/healthz", sidecar.url)).await {
+            Ok(_) => {
+                answer = Some(call(&url, body.clone()).await);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let (status, reply) = answer.unwrap_or_else(|| panic!("the replica endpoint did not start: {}", sidecar.log()));
+    assert_eq!(status, 409, "{reply}\n{}", sidecar.log());
+    let message = reply["message"].as_str().unwrap_or_default();
+    assert!(message.contains("team-queue") && message.contains("1 collector pod(s)"), "{message}");
+    assert_eq!(s.jobs.get("elastic").await.unwrap().spec.collector_replicas(), 1, "nothing changed");
+    drop(s);
+    queue.delete().await;
+    kueue.stop().await;
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn kueue_installed_after_the_orchestrator_is_used_once_it_has_started_again() {
+    let Some((mut kueue, cluster)) = kueue::before_kueue().await else { return };
+    let recheck = ["--queues-recheck-seconds=1"];
+    let same = TestCluster { client: cluster.client.clone(), kubeconfig: cluster.kubeconfig.clone() };
+    let mut s = Box::pin(Scenario::on(same, "kueue-later", &recheck)).await;
+    submit(&s, "early", "team-queue", 1).await;
+    let held = until_queued(&s, "early", "True", "install Kueue").await;
+    assert_eq!(queued(&held).unwrap().reason.as_deref(), Some("NoKueue"));
+
+    kueue.install(&cluster).await;
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "150m"), ("memory", "100Gi")]).await;
+    let Orchestrator::Local(local) = &mut s.orchestrator else { unreachable!("not on kind") };
+    let ended = within(WAIT, "the orchestrator to exit", local.wait()).await;
+    assert!(!ended.success(), "it says why it stops: {}", local.log());
+    assert!(local.log().contains("Kueue's Workloads are served now"), "{}", local.log());
+    local.restart();
+    s.wait_phase("early", Phase::Running).await;
+    drop(s);
+    queue.delete().await;
+    kueue.stop().await;
+}
