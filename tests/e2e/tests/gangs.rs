@@ -138,11 +138,17 @@ async fn one_gang_at_a_time(s: &Scenario, says: &str) {
     submit_gpu_tasks(s, "second", 6).await;
     none_bound_for(s, "second", 5).await;
     assert_eq!(pods_of(s, "second").await.len(), 6, "its pods exist, waiting to be placed whole");
-    // The job says it waits, and why: the scheduler's word on its gang.
-    wait_waiting(s, "second").await;
-    let job = s.jobs.get("second").await.unwrap();
-    let said = condition(Some(&job), WAITING).unwrap().message.clone().unwrap_or_default();
-    assert!(said.contains("pod(s) cannot be placed yet; second-worker-") && said.contains(says), "{said}");
+    // The job says it waits, and why: the scheduler's word on its gang. The scheduler may first
+    // reject a pod alone (a node's resources) before its gang plugin has the last word, and the
+    // condition follows what the pods say now.
+    let said_so = |job: Option<&DIJob>| {
+        condition(job, WAITING).is_some_and(|c| {
+            let said = c.message.as_deref().unwrap_or_default();
+            c.status == "True" && said.contains("pod(s) cannot be placed yet; second-worker-") && said.contains(says)
+        })
+    };
+    let what = format!("the second job to say it waits, in words that contain {says:?}");
+    within(WAIT, &what, await_condition(s.jobs.clone(), "second", said_so)).await.unwrap();
 
     for i in 0..6 {
         s.nodes.exit(&s.ns, &format!("first-worker-{i}"), 0).await;

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::{DIJob, DIJobCondition, Phase};
-use di_e2e::cluster::{TestCluster, within};
+use di_e2e::cluster::{TestCluster, until_watched, within};
 use di_e2e::kueue::{self, Share, TestQueue};
 use di_e2e::orchestrator::{Orchestrator, Sidecar};
 use di_e2e::scenario::{Scenario, WAIT};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -113,10 +114,17 @@ async fn a_suspended_job_gives_its_place_to_the_next_and_queues_again_when_resum
     s.wait_phase("second", Phase::Running).await;
     assert_eq!(workload_of(&s, "first").await.data["spec"]["active"], json!(false), "made inactive");
 
-    // Resumed while `second` runs: it waits its turn again, with no pod.
+    // Resumed while `second` runs: its Workload active again, it waits its turn, with no pod.
     suspend(&s, "first", false).await;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
+    let kind = kueue::resource("Workload", "workloads");
+    until_watched(workloads, watcher::Config::default(), kind, WAIT, "first's Workload active again", |all| {
+        let first = all.iter().find(|w| w.owner_references().iter().any(|o| o.name == "first"))?;
+        (first.data["spec"]["active"] == json!(true)).then_some(())
+    })
+    .await;
     until_queued(&s, "first", "True", "team-queue").await;
-    assert_eq!(workload_of(&s, "first").await.data["spec"]["active"], json!(true));
     let params = ListParams::default().labels(&format!("{}=first", di_api::contract::labels::JOB_NAME));
     assert!(s.pods.list(&params).await.unwrap().items.is_empty());
     drop(s);
