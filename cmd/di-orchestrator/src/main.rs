@@ -135,6 +135,11 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let run = {
         let (client, installed) = (client.clone(), installed.clone());
         async move {
+            // A standby takes the lease with what it saw at its start: Kueue may be here since.
+            if kueue_later && di_controller::workloads::served_now(&client).await {
+                installed.store(true, Ordering::Relaxed);
+                return;
+            }
             tokio::select! {
                 () = reconcile => {}
                 () = di_controller::workloads::until_served(&client, recheck), if kueue_later => {

@@ -259,12 +259,15 @@ fn check_queue_update(old: &DIJob, new: &DIJob, errs: &mut Errors) {
     let status = old.status.as_ref();
     let phase = status.and_then(|s| s.phase);
     let held = status.is_some_and(|s| s.conditions.iter().any(|c| c.type_ == QUEUED && c.status == "True"));
-    if phase.is_none() || phase.is_some_and(|p| p.is_finished()) || held || old.spec.is_suspended() {
+    // Suspended before and after: a write that resumes the job may not move it too.
+    let suspended = old.spec.is_suspended() && new.spec.is_suspended();
+    if phase.is_none() || phase.is_some_and(|p| p.is_finished()) || held || suspended {
         return;
     }
     errs.add(
         format!("metadata.labels[{QUEUE_NAME}]"),
-        "Forbidden: the queue of a job that may be running cannot change: suspend the job first (spec.suspend:          true), or delete and re-create it in the queue it needs"
+        "Forbidden: the queue of a job that may be running cannot change: suspend the job first (spec.suspend: \
+         true), or delete and re-create it in the queue it needs"
             .to_string(),
     );
 }

@@ -581,6 +581,11 @@ fn a_jobs_queue_changes_only_while_no_pod_of_it_may_run() {
             assert!(got.len() == 1 && got[0].starts_with(&want), "{name}: {got:?}");
         }
     }
+    // Resumed and moved in one write: the job may run once it is written.
+    let mut resumed = suspended.clone();
+    resumed.spec.suspend = Some(false);
+    in_queue(&mut resumed, "other");
+    assert!(update_errors(suspended.clone(), resumed)[0].starts_with(&want));
     // Put in a queue while it runs.
     let mut bare = running.clone();
     bare.metadata.labels.as_mut().unwrap().remove(QUEUE_NAME);

@@ -50,14 +50,23 @@ pub async fn served(client: &Client) -> Result<bool, kube::Error> {
 /// Returns once the API server serves Kueue's Workloads, asking every `period` (a failed
 /// question is asked again at the next).
 pub async fn until_served(client: &Client, period: std::time::Duration) {
-    let kind = queue::workload_kind();
     loop {
         tokio::time::sleep(period).await;
-        if let Ok(true) = crate::discovery::serves_once(client, &kind.api_version, &kind.plural).await {
-            warn!(api_version = %kind.api_version, "Kueue has been installed since the orchestrator started");
+        if served_now(client).await {
             return;
         }
     }
+}
+
+/// Whether the API server serves Kueue's Workloads now, asked once (an error is a no); said
+/// when it does, as the orchestrator did not see them at its start.
+pub async fn served_now(client: &Client) -> bool {
+    let kind = queue::workload_kind();
+    let served = crate::discovery::serves_once(client, &kind.api_version, &kind.plural).await.unwrap_or(false);
+    if served {
+        warn!(api_version = %kind.api_version, "Kueue has been installed since the orchestrator started");
+    }
+    served
 }
 
 /// The caches, and the stream of Workload changes that brings their jobs' passes. Workloads

@@ -237,23 +237,17 @@ pub fn attach(
         }
         return Ok(());
     };
-    // A job its user suspends gives its place back, as Kueue's integrations whose jobs decide
-    // their Workload's activation do; resumed, it queues again.
-    let active = !job.spec.is_suspended() || finished.is_some();
-    if workload["spec"]["active"].as_bool().unwrap_or(true) != active {
-        let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
-        plan.actions.push(Action::SetWorkloadActive {
-            name: field("name"),
-            resource_version: field("resourceVersion"),
-            active,
-        });
-    }
-    let mut reclaimable = None;
+    let (mut reclaimable, mut held_back) = (None, 0);
     match standing(name, queue) {
         Standing::Admitted { .. } => {
             let rooms = rooms(workload, &sets, &world.pods, !job.spec.is_task_job());
             let over = beyond_admission(&rooms, &sets, &world.pods, &mut plan.actions);
-            reclaimable = Some(reclaimable_pods(&rooms));
+            held_back = admitted::over(&rooms, &sets, &world.pods).iter().map(|(_, n)| n).sum();
+            // Without its AggregatorConfig the learners are not built, though their pods run:
+            // their podSets would read as given back, for good.
+            if world.missing_aggregator_config.is_none() {
+                reclaimable = Some(reclaimable_pods(&rooms));
+            }
             if over > 0 {
                 let message = format!(
                     "admitted from queue {name}; {over} pod(s) the job asks for beyond what Kueue admitted wait: \
@@ -281,12 +275,26 @@ pub fn attach(
         }
         Standing::Held { .. } => {}
     }
+    // A job its user suspends gives its place back, as Kueue's integrations whose jobs decide
+    // their Workload's activation do; resumed, it queues again. So does one admitted from a
+    // queue it has since left (relabelled as Kueue admitted it): once its eviction is over, its
+    // Workload is made anew in its new queue (the held case above).
+    let in_its_queue = workload["spec"]["queueName"] == name;
+    let activated = (!job.spec.is_suspended() && in_its_queue) || finished.is_some();
+    if workload["spec"]["active"].as_bool().unwrap_or(true) != activated {
+        let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
+        plan.actions.push(Action::SetWorkloadActive {
+            name: field("name"),
+            resource_version: field("resourceVersion"),
+            active: activated,
+        });
+    }
     let status = &plan.status;
     // Ready: every pod that may run (the job's, up to what was admitted) is ready or has ended
     // well; a collector that finished early leaves the job no less ready.
     let admitted: u64 =
         workload["spec"]["podSets"].as_array().into_iter().flatten().filter_map(|s| s["count"].as_u64()).sum();
-    let may_run = status.replicas.map_or(0, |r| r.max(0) as u64).min(admitted);
+    let may_run = status.replicas.map_or(0, |r| r.max(0) as u64).saturating_sub(held_back).min(admitted);
     let done = world.pods.iter().filter(|p| crate::status::pod_phase(p) == "Succeeded").count() as u64;
     let ready = may_run > 0 && status.ready_replicas.map_or(0, |r| r.max(0) as u64) + done >= may_run;
     let active = world.pods.iter().any(|p| crate::status::is_active(p));

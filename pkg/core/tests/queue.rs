@@ -397,3 +397,53 @@ fn a_suspended_job_makes_its_workload_inactive_and_active_again_when_resumed() {
     job.spec.suspend = Some(false);
     assert_eq!(activation(&decide_in(&job, &[], &[], kueue(Some(inactive)))), Some((true, "7".to_string())));
 }
+
+#[test]
+fn a_job_suspended_from_the_start_waits_for_no_quota() {
+    let mut job = queued_job(1);
+    job.spec.suspend = Some(true);
+    let w = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    assert_eq!(w["spec"]["active"], json!(false));
+    job.spec.suspend = Some(false);
+    assert_eq!(workload(&job, "team", None, None, &Settings::default()).unwrap()["spec"]["active"], json!(true));
+}
+
+#[test]
+fn a_job_admitted_from_a_queue_it_has_left_is_made_inactive_to_be_evicted() {
+    let mut job = queued_job(1);
+    let w = admitted(&job);
+    job.labels_mut().insert(QUEUE_LABEL.into(), "other".into());
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let plan = decide_in(&job, &pods, &services, kueue(Some(w)));
+    assert!(
+        plan.actions.iter().any(|a| matches!(a, Action::SetWorkloadActive { active: false, .. })),
+        "{:?}",
+        plan.actions
+    );
+}
+
+#[test]
+fn learners_without_their_aggregator_config_give_nothing_back() {
+    let job = queued_job(2);
+    let w = admitted(&job);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let mut world = common::world(&pods, &services, now());
+    world.queue = Some(kueue(Some(w)));
+    world.missing_aggregator_config = Some("di-system/aggregator-config".into());
+    let plan = plan(&job, &world, &Settings::default(), BACKOFF).unwrap();
+    assert!(written(&plan).is_none_or(|s| s.get("reclaimablePods").is_none()), "{:?}", written(&plan));
+}
+
+#[test]
+fn pods_held_back_by_the_room_leave_the_job_ready() {
+    // Admitted for 2 collectors, one given back; asked for 2 again: one runs, one waits.
+    let job = queued_job(2);
+    let mut w = admitted(&job);
+    w["status"]["reclaimablePods"] = json!([{"name": "collector", "count": 1}]);
+    let (pods, services) = world_of(&job, |name| (!name.ends_with("collector-1")).then_some("Running"));
+    let plan = decide_in(&job, &pods, &services, kueue(Some(w)));
+    assert!(created(&plan.actions).is_empty(), "{:?}", plan.actions);
+    let status = written(&plan).expect("a report");
+    let ready = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodsReady").unwrap().clone();
+    assert_eq!(ready["status"], "True", "{ready}");
+}

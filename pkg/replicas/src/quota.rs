@@ -51,9 +51,11 @@ pub async fn read(endpoint: &Endpoint) -> Admission {
     }
 }
 
-/// Refuses `after` (the job as a scale-up would leave it) when its admission has no room for
-/// it; a note for the answer when the admission could not be checked.
-pub fn check(admission: &Admission, after: &DIJob) -> Result<Option<String>, Refusal> {
+/// Refuses `after` (the job `before` as a scale-up would leave it) when it asks for more than its
+/// admission has room for, past what `before` already did (collectors a `kubectl scale` left
+/// waiting do not make every later request fail); a note for the answer when the admission could
+/// not be checked.
+pub fn check(admission: &Admission, before: &DIJob, after: &DIJob) -> Result<Option<String>, Refusal> {
     let (queue, workload, pods) = match admission {
         Admission::Free => return Ok(None),
         Admission::Unknown(why) => {
@@ -67,8 +69,18 @@ pub fn check(admission: &Admission, after: &DIJob) -> Result<Option<String>, Ref
     // Settings shape no pod's count or resources; a multi-GPU learner's pods need its
     // AggregatorConfig, which the endpoint does not read, so learners split into DDP pods are not
     // counted here (the reconciler still holds them to the admission).
-    let over = beyond_room(after, workload, &pods, None, &Settings::default())
-        .map_err(|e| Refusal::Conflict(format!("the job as changed cannot be built: {e}")))?;
+    let beyond = |job: &DIJob| {
+        beyond_room(job, workload, &pods, None, &Settings::default())
+            .map_err(|e| Refusal::Conflict(format!("the job as changed cannot be built: {e}")))
+    };
+    let already = beyond(before)?;
+    let over: Vec<(String, u64)> = beyond(after)?
+        .into_iter()
+        .filter_map(|(set, n)| {
+            let was = already.iter().find(|(s, _)| *s == set).map_or(0, |(_, n)| *n);
+            (n > was).then(|| (set, n - was))
+        })
+        .collect();
     if over.is_empty() {
         return Ok(None);
     }

@@ -243,7 +243,7 @@ async fn scale_outcome(
     let written = write(turn, async move {
         update_job(&jobs, &name, |job: &DIJob| {
             let mut change = if up { scale_up(job, &request)? } else { scale_down(job, &request)? };
-            change.notes.extend(quota::check(&admission, &change.apply(job))?);
+            change.notes.extend(quota::check(&admission, job, &change.apply(job))?);
             Ok((change.patch(job), change))
         })
         .await

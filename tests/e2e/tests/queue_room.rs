@@ -127,6 +127,10 @@ async fn a_suspended_job_gives_its_place_to_the_next_and_queues_again_when_resum
     until_queued(&s, "first", "True", "team-queue").await;
     let params = ListParams::default().labels(&format!("{}=first", di_api::contract::labels::JOB_NAME));
     assert!(s.pods.list(&params).await.unwrap().items.is_empty());
+    // Its turn comes when `second` ends.
+    s.nodes.exit(&s.ns, "second-coordinator", 0).await;
+    s.wait_phase("second", Phase::Succeeded).await;
+    s.wait_phase("first", Phase::Running).await;
     drop(s);
     queue.delete().await;
     kueue.stop().await;

@@ -97,7 +97,8 @@ pub(super) fn made_of(
     labels.insert(JOB_UID_LABEL.into(), job.uid().unwrap_or_default());
     let pod_sets: Vec<Value> =
         sets.iter().map(|s| json!({"name": s.name, "count": s.members.len(), "template": s.template})).collect();
-    let mut spec = json!({"queueName": queue, "podSets": pod_sets});
+    // A job suspended from the start, or made anew while suspended, waits for no quota.
+    let mut spec = json!({"queueName": queue, "podSets": pod_sets, "active": !job.spec.is_suspended()});
     if let Some((class, value)) = priority {
         spec["priorityClassRef"] = json!({"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": class});
         spec["priority"] = json!(value);

@@ -65,3 +65,15 @@ async fn an_admission_that_cannot_be_read_lets_the_scale_up_through_and_says_so(
     assert!(reply["message"].as_str().unwrap().contains("admission by Kueue was not checked"), "{reply}");
     assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], json!(3));
 }
+
+#[tokio::test]
+async fn collectors_already_waiting_refuse_only_a_request_for_more() {
+    // Admitted for 1 collector; the job asks for 2 already (a `kubectl scale`), one waits.
+    let (app, world) = serve_queued(1);
+    let asks_nothing = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": {"replicas": 0}}"#;
+    let (status, reply) = call(&app, "POST", "/v1alpha1/replicas", asks_nothing).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    let (status, reply) = call(&app, "POST", "/v1alpha1/replicas", SCALE_UP).await;
+    assert_error(status, &reply, StatusCode::CONFLICT, "1 collector pod(s) more than its admission");
+    assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], json!(2));
+}
