@@ -5,17 +5,12 @@
 
 mod common;
 
-use common::valid_job;
-use di_api::defaults::{default_aggregator_config, default_dijob};
-use di_api::validation::{validate_aggregator_config, validate_dijob, validate_dijob_update};
+use common::{defaulted, update_errors, valid_job};
+use di_api::defaults::default_aggregator_config;
+use di_api::validation::{validate_aggregator_config, validate_dijob};
 use di_api::{AggregatorConfig, CollectorSpec, DIJob};
 use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use serde_json::json;
-
-fn defaulted(mut job: DIJob) -> DIJob {
-    default_dijob(&mut job);
-    job
-}
 
 fn errors(job: DIJob) -> Vec<(String, String)> {
     match validate_dijob(&defaulted(job)) {
@@ -419,13 +414,6 @@ fn errors_are_all_reported_in_one_message() {
     );
 }
 
-fn update_errors(old: DIJob, new: DIJob) -> Vec<String> {
-    match validate_dijob_update(&old, &defaulted(new)) {
-        Ok(()) => vec![],
-        Err(e) => e.0.into_iter().map(|e| e.to_string()).collect(),
-    }
-}
-
 #[test]
 fn updates() {
     let allowed: [(&str, Mutation); 7] = [
@@ -537,59 +525,4 @@ fn aggregator_config() {
         err.to_string(),
         "spec.aggregator.template.spec.containers: Required value: the aggregator needs at least one container; add one with a name and an image"
     );
-}
-
-#[test]
-fn a_jobs_queue_changes_only_while_no_pod_of_it_may_run() {
-    use di_api::contract::kueue::{QUEUE_NAME, QUEUED};
-    let in_queue = |job: &mut DIJob, queue: &str| {
-        job.metadata.labels.get_or_insert_default().insert(QUEUE_NAME.into(), queue.into());
-    };
-    let with_status = |status: serde_json::Value| {
-        let mut job = valid_job();
-        in_queue(&mut job, "team");
-        job.status = Some(set_json(status));
-        job
-    };
-    let running = with_status(json!({"phase": "Running"}));
-    let waiting = with_status(json!({"phase": "Created", "conditions": [{"type": QUEUED, "status": "True"}]}));
-    let admitted = with_status(json!({"phase": "Created", "conditions": [{"type": QUEUED, "status": "False"}]}));
-    let finished = with_status(json!({"phase": "Succeeded"}));
-    let mut suspended = running.clone();
-    suspended.spec.suspend = Some(true);
-    let unseen = with_status(json!({}));
-
-    let moved = |old: &DIJob| {
-        let mut new = old.clone();
-        in_queue(&mut new, "other");
-        update_errors(old.clone(), new)
-    };
-    let taken_out = |old: &DIJob| {
-        let mut new = old.clone();
-        new.metadata.labels.as_mut().unwrap().remove(QUEUE_NAME);
-        update_errors(old.clone(), new)
-    };
-    for (name, old) in [("waiting", &waiting), ("finished", &finished), ("suspended", &suspended), ("unseen", &unseen)]
-    {
-        assert_eq!(moved(old), Vec::<String>::new(), "{name}");
-        assert_eq!(taken_out(old), Vec::<String>::new(), "{name}");
-    }
-    let want =
-        format!("metadata.labels[{QUEUE_NAME}]: Forbidden: the queue of a job that may be running cannot change");
-    for (name, old) in [("running", &running), ("admitted", &admitted)] {
-        for got in [moved(old), taken_out(old)] {
-            assert!(got.len() == 1 && got[0].starts_with(&want), "{name}: {got:?}");
-        }
-    }
-    // Resumed and moved in one write: the job may run once it is written.
-    let mut resumed = suspended.clone();
-    resumed.spec.suspend = Some(false);
-    in_queue(&mut resumed, "other");
-    assert!(update_errors(suspended.clone(), resumed)[0].starts_with(&want));
-    // Put in a queue while it runs.
-    let mut bare = running.clone();
-    bare.metadata.labels.as_mut().unwrap().remove(QUEUE_NAME);
-    let mut queued = bare.clone();
-    in_queue(&mut queued, "team");
-    assert!(update_errors(bare, queued)[0].starts_with(&want));
 }

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use di_api::DIJob;
+use di_api::defaults::default_dijob;
+use di_api::validation::validate_dijob_update;
 
 /// Read when run, not compiled in: clones share one build target, which cargo does not rebuild
 /// for a moved clone, so a compiled-in path may name another clone.
@@ -40,4 +42,18 @@ pub fn valid_job() -> DIJob {
         }
     }))
     .expect("valid job parses")
+}
+
+/// `job` as stored: its defaults filled in.
+pub fn defaulted(mut job: DIJob) -> DIJob {
+    default_dijob(&mut job);
+    job
+}
+
+/// What the webhook says of updating `old` to `new` (as stored), one line per problem.
+pub fn update_errors(old: DIJob, new: DIJob) -> Vec<String> {
+    match validate_dijob_update(&old, &defaulted(new)) {
+        Ok(()) => vec![],
+        Err(e) => e.0.into_iter().map(|e| e.to_string()).collect(),
+    }
 }

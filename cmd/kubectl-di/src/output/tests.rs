@@ -1,0 +1,154 @@
+//! The tables and texts `kubectl di` prints, as a reader sees them.
+
+use super::*;
+use serde_json::json;
+
+fn job(name: &str, ns: &str, status: serde_json::Value) -> DIJob {
+    serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name, "namespace": ns, "creationTimestamp": "2026-11-22T09:00:00Z"},
+        "spec": {"cleanPodPolicy": "All", "collector": {"replicas": 4, "template": {}}, "learner": {"replicas": 1, "gpus": 2, "template": {}}},
+        "status": status,
+    }))
+    .unwrap()
+}
+
+fn now() -> Timestamp {
+    "2026-11-22T10:30:00Z".parse().unwrap()
+}
+
+#[test]
+fn get_tables() {
+    let jobs = vec![
+        job("cartpole", "rl", json!({"phase": "Running", "collectors": "3/4", "learners": "1/1", "readyReplicas": 4})),
+        job("a-much-longer-name", "other", json!({})),
+    ];
+    assert_eq!(
+        jobs_table(&jobs, false, false, now()),
+        "NAME                 PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
+         cartpole             Running   4/6     0          3/4          1/1        1h\n\
+         a-much-longer-name   Pending   0/6     0          0/4          0/1        1h\n"
+    );
+    assert_eq!(
+        jobs_table(&jobs[..1], true, true, now()),
+        "NAMESPACE   NAME       PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE   GPUS/LEARNER   SUSPENDED   CLEANUP\n\
+         rl          cartpole   Running   4/6     0          3/4          1/1        1h    2              false       All\n"
+    );
+}
+
+#[test]
+fn task_jobs_show_ready_pods_restarts_and_tasks() {
+    let job: DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": "mesh", "namespace": "rl", "creationTimestamp": "2026-11-22T09:00:00Z"},
+        "spec": {"tasks": [{"type": "learner", "template": {}}, {"type": "collector", "replicas": 2, "template": {}}]},
+        "status": {"phase": "Restarting", "replicas": 3, "readyReplicas": 2, "restarts": 1,
+                   "taskStatus": {"collector": {"Pending": 1, "Running": 1}, "learner": {"Running": 1}}},
+    }))
+    .unwrap();
+    assert_eq!(
+        jobs_table(std::slice::from_ref(&job), false, false, now()),
+        "NAME   PHASE        READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
+         mesh   Restarting   2/3     1          -            -          1h\n"
+    );
+    assert_eq!(progress(&job), "mesh: phase Restarting, ready 2/3");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "mesh-collector-1", "namespace": "rl", "labels": {"diengine.opendilab.org/task": "collector"}},
+        "spec": {"subdomain": "di-mesh", "containers": []}, "status": {"phase": "Pending"}
+    }))
+    .unwrap();
+    let text = describe(&job, &[pod], &[], now());
+    assert!(text.contains("Restarts:           1 of at most 3\n"), "{text}");
+    assert!(text.contains("  collector   collector   2          ") && text.contains("Pending 1, Running 1"), "{text}");
+    assert!(text.contains("  mesh-collector-1   collector   Pending   mesh-collector-1.di-mesh.rl.svc\n"), "{text}");
+}
+
+#[test]
+fn a_job_waiting_for_capacity_says_so() {
+    let waiting = job(
+        "j",
+        "ns",
+        json!({"phase": "Created", "conditions": [{"type": "WaitingForCapacity", "status": "True",
+            "message": "2 pod(s) cannot be placed yet"}]}),
+    );
+    assert_eq!(phase(&waiting), "Created (WaitingForCapacity)");
+    let placed =
+        job("j", "ns", json!({"phase": "Running", "conditions": [{"type": "WaitingForCapacity", "status": "False"}]}));
+    assert_eq!(phase(&placed), "Running");
+    let queued = job("j", "ns", json!({"phase": "Created", "conditions": [{"type": "Queued", "status": "True"}]}));
+    assert_eq!(phase(&queued), "Created (Queued)");
+}
+
+#[test]
+fn ages() {
+    let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
+    assert_eq!(age(at("2026-11-22T10:29:18Z"), now()), "42s");
+    assert_eq!(age(at("2026-11-22T10:25:00Z"), now()), "5m");
+    assert_eq!(age(at("2026-11-20T10:00:00Z"), now()), "2d");
+    assert_eq!(age(None, now()), "<unknown>");
+}
+
+#[test]
+fn progress_lines() {
+    let running = job("j", "ns", json!({"phase": "Running", "collectors": "4/4", "learners": "1/1"}));
+    assert_eq!(progress(&running), "j: phase Running, collectors 4/4, learners 1/1");
+    assert_eq!(progress(&job("j", "ns", json!({}))), "j: phase Pending, collectors 0/4, learners 0/1");
+}
+
+#[test]
+fn describe_says_where_a_job_stands_in_its_queue() {
+    let queued = |conditions: serde_json::Value| {
+        let mut j = job("j", "ns", json!({"phase": "Created", "conditions": conditions}));
+        j.labels_mut().insert(di_core::queue::QUEUE_LABEL.into(), "team".into());
+        describe(&j, &[], &[], now())
+    };
+    let line = |text: String| text.lines().find(|l| l.starts_with("Queue:")).map(str::to_owned);
+    let evicted = json!([{"type": "Queued", "status": "True", "reason": "Evicted"}]);
+    assert_eq!(line(queued(evicted)).as_deref(), Some("Queue:              team: waiting (Evicted)"));
+    let admitted = json!([{"type": "Queued", "status": "False", "reason": "Admitted"}]);
+    assert_eq!(line(queued(admitted)).as_deref(), Some("Queue:              team: admitted"));
+    assert_eq!(line(describe(&job("j", "ns", json!({})), &[], &[], now())), None, "a job in no queue");
+}
+
+#[test]
+fn describe_text() {
+    let job = job(
+        "cartpole",
+        "rl",
+        json!({"phase": "Running", "collectors": "1/4", "learners": "0/1",
+        "conditions": [{"type": "Running", "status": "True", "reason": "CoordinatorRunning", "message": "the coordinator is running"}]}),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "cartpole-collector-0", "namespace": "rl", "labels": {"replica-type": "collector"}},
+        "spec": {"containers": [{"name": "di-container", "ports": [{"name": "di-port", "containerPort": 22270}]}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap();
+    let events =
+        vec![("Normal".to_string(), "Created".to_string(), "created 1 pod(s): cartpole-collector-0".to_string())];
+    assert_eq!(
+        describe(&job, &[pod], &events, now()),
+        "Name:               cartpole\n\
+         Namespace:          rl\n\
+         Phase:              Running\n\
+         Age:                1h\n\
+         Clean pod policy:   All\n\
+         Suspended:          false\n\
+         Ready:              0/6\n\
+         Collectors:         1/4\n\
+         Learners:           0/1\n\
+         GPUs per learner:   2\n\
+         \n\
+         Conditions:\n\
+         \x20 TYPE      STATUS   REASON               MESSAGE\n\
+         \x20 Running   True     CoordinatorRunning   the coordinator is running\n\
+         \n\
+         Replicas:\n\
+         \x20 POD                    ROLE        PHASE     URL\n\
+         \x20 cartpole-collector-0   collector   Running   cartpole-collector-0.rl:22270\n\
+         \n\
+         Events:\n\
+         \x20 TYPE     REASON    MESSAGE\n\
+         \x20 Normal   Created   created 1 pod(s): cartpole-collector-0\n"
+    );
+}
