@@ -40,9 +40,7 @@ impl Change {
         }
         json!({"spec": spec})
     }
-}
 
-impl Change {
     /// The job as it will be once the change is written.
     pub fn apply(&self, job: &DIJob) -> DIJob {
         let mut after = job.clone();

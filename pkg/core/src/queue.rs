@@ -183,8 +183,13 @@ pub fn beyond_room(
 /// Deletes `workload` as read (its UID and resourceVersion: not a newer one, nor one Kueue has
 /// changed since).
 fn delete_workload(workload: &Value) -> Action {
-    let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
+    let field = |f| metadata(workload, f);
     Action::DeleteWorkload { name: field("name"), uid: field("uid"), resource_version: field("resourceVersion") }
+}
+
+/// A Workload's `metadata` field `name`, as read.
+fn metadata(workload: &Value, name: &str) -> String {
+    workload["metadata"][name].as_str().unwrap_or_default().to_owned()
 }
 
 /// After a planner decided a pass of a job in a queue: the Workload made if there is none yet,
@@ -282,10 +287,9 @@ pub fn attach(
     let in_its_queue = workload["spec"]["queueName"] == name;
     let activated = (!job.spec.is_suspended() && in_its_queue) || finished.is_some();
     if workload["spec"]["active"].as_bool().unwrap_or(true) != activated {
-        let field = |f: &str| workload["metadata"][f].as_str().unwrap_or_default().to_owned();
         plan.actions.push(Action::SetWorkloadActive {
-            name: field("name"),
-            resource_version: field("resourceVersion"),
+            name: metadata(workload, "name"),
+            resource_version: metadata(workload, "resourceVersion"),
             active: activated,
         });
     }
