@@ -114,17 +114,47 @@ pub fn replicas(
     aggregator: Option<&AggregatorConfig>,
     settings: &Settings,
 ) -> Result<Vec<Replica>, BuildError> {
+    Ok(wanted(job, aggregator, settings, |_| true)?.into_iter().filter_map(|w| w.built).collect())
+}
+
+/// A replica the job should have: who it is, and its objects where they were asked for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wanted {
+    pub role: Role,
+    /// As [`Replica::index`].
+    pub index: Option<u32>,
+    pub name: String,
+    pub built: Option<Replica>,
+}
+
+/// Every replica the job should have, in [`replicas`]' order, with its pod and Service built only
+/// where `build` says so of its name. A pass over a job of a thousand replicas needs the objects
+/// of the few it creates, and building the rest again each pass cost most of its CPU (a
+/// multi-GPU learner's few pods are built together, then kept where asked for).
+pub fn wanted(
+    job: &DIJob,
+    aggregator: Option<&AggregatorConfig>,
+    settings: &Settings,
+    build: impl Fn(&str) -> bool,
+) -> Result<Vec<Wanted>, BuildError> {
     let builder = Builder::new(job, settings)?;
-    let mut out = vec![builder.coordinator()?];
+    let plain = |role, index, name: String, built: &dyn Fn(String) -> Replica| {
+        let built = build(&name).then(|| built(name.clone()));
+        Wanted { role, index, name, built }
+    };
+    let coordinator = names::coordinator(&builder.job);
+    let mut out = vec![match build(&coordinator) {
+        true => Wanted::of(builder.coordinator()?),
+        false => {
+            job.spec.coordinator.as_ref().ok_or(BuildError::NoCoordinator)?;
+            Wanted { role: Role::Coordinator, index: None, name: coordinator, built: None }
+        }
+    }];
     if let Some(collector) = &job.spec.collector {
         for i in 0..job.spec.collector_replicas().max(0) as u32 {
-            out.push(builder.replica(
-                Role::Collector,
-                Some(i),
-                names::replica(&builder.job, Role::Collector, i),
-                &collector.template,
-                vec![],
-            ));
+            let name = names::replica(&builder.job, Role::Collector, i);
+            let make = |name| builder.replica(Role::Collector, Some(i), name, &collector.template, vec![]);
+            out.push(plain(Role::Collector, Some(i), name, &make));
         }
     }
     if let Some(learner) = &job.spec.learner {
@@ -133,24 +163,32 @@ pub fn replicas(
         for i in 0..job.spec.learner_replicas().max(0) as u32 {
             if aggregated {
                 if let Some(config) = aggregator {
-                    out.extend(builder.aggregated_learner(i, gpus, &learner.template, config));
+                    let group = builder.aggregated_learner(i, gpus, &learner.template, config);
+                    out.extend(group.into_iter().map(Wanted::of).map(|mut w| {
+                        w.built = w.built.filter(|_| build(&w.name));
+                        w
+                    }));
                 }
             } else {
-                let mut replica = builder.replica(
-                    Role::Learner,
-                    Some(i),
-                    names::replica(&builder.job, Role::Learner, i),
-                    &learner.template,
-                    vec![],
-                );
-                if learner.gpus.is_some() {
-                    set_gpus(&mut replica.pod, gpus);
-                }
-                out.push(replica);
+                let name = names::replica(&builder.job, Role::Learner, i);
+                let make = |name| {
+                    let mut replica = builder.replica(Role::Learner, Some(i), name, &learner.template, vec![]);
+                    if learner.gpus.is_some() {
+                        set_gpus(&mut replica.pod, gpus);
+                    }
+                    replica
+                };
+                out.push(plain(Role::Learner, Some(i), name, &make));
             }
         }
     }
     Ok(out)
+}
+
+impl Wanted {
+    fn of(replica: Replica) -> Wanted {
+        Wanted { role: replica.role, index: replica.index, name: replica.name(), built: Some(replica) }
+    }
 }
 
 /// The controller reference every object of the job carries, so deleting the job deletes them,

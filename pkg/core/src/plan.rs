@@ -72,8 +72,10 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             actions.extend(services.values().map(|s| delete_service(s)));
         }
     } else {
-        let wanted = desired::replicas(job, world.aggregator_config, settings)?;
-        let wanted_names: BTreeSet<String> = wanted.iter().map(desired::Replica::name).collect();
+        // Only what a pass may create is built: a replica without its pod or its Service.
+        let missing = |name: &str| !pods.contains_key(name) || !services.contains_key(name);
+        let wanted = desired::wanted(job, world.aggregator_config, settings, missing)?;
+        let wanted_names: BTreeSet<String> = wanted.iter().map(|w| w.name.clone()).collect();
         facts.replicas = wanted.len();
         let limit = job.spec.restart_limit;
         let reported: BTreeSet<(String, String)> = job
@@ -83,14 +85,15 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             .unwrap_or_default();
         let mut failed_aggregators = BTreeSet::new();
         for replica in &wanted {
-            let pod_name = replica.name();
+            let pod_name = replica.name.clone();
+            let built = || replica.built.as_ref().expect("a replica missing an object is built");
             if let Some(holder) = world.taken.get(&pod_name) {
                 facts.names_taken.push((pod_name, holder.clone()));
                 continue;
             }
             let service = services.get(&pod_name).copied();
             if service.is_none() {
-                actions.push(Action::CreateService(Box::new(replica.service.clone())));
+                actions.push(Action::CreateService(Box::new(built().service.clone())));
             }
             let restarts = service.map_or(0, restarts_of);
             if replica.role == Role::Coordinator
@@ -118,7 +121,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     match after.map(|t| t.duration_since(world.now)).filter(|d| d.is_positive()) {
                         Some(wait) => requeue_at(wait.unsigned_abs()),
                         None => {
-                            let mut pod = replica.pod.clone();
+                            let mut pod = built().pod.clone();
                             if restarts > 0 {
                                 pod.annotations_mut().insert(annotations::RESTARTS.into(), restarts.to_string());
                             }
@@ -162,7 +165,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         }
         // An aggregator's DDP learners start over with it.
         for replica in wanted.iter().filter(|r| r.role == Role::DdpLearner && failed_aggregators.contains(&r.index)) {
-            if let Some(pod) = pods.get(&replica.name()).filter(|p| !is_terminating(p)) {
+            if let Some(pod) = pods.get(&replica.name).filter(|p| !is_terminating(p)) {
                 actions.push(delete_pod(pod, Why::AggregatorFailed));
             }
         }

@@ -285,6 +285,34 @@ fn a_multi_gpu_learner_is_an_aggregator_and_ddp_learners() {
 }
 
 #[test]
+fn only_the_replicas_asked_for_are_built_and_they_are_built_whole() {
+    let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
+    let job = job(3, 1, json!({"learner": {"gpus": 10}}));
+    let config = agconfig();
+    let all = desired::replicas(&job, Some(&config), &settings).unwrap();
+    let asked = ["job-collector-1", "job-ddp-learner-0-2"];
+    let wanted = desired::wanted(&job, Some(&config), &settings, |name| asked.contains(&name)).unwrap();
+    // Every replica is named, in the same order, built or not.
+    let who = |w: &desired::Wanted| (w.role, w.index, w.name.clone());
+    assert_eq!(
+        wanted.iter().map(who).collect::<Vec<_>>(),
+        all.iter().map(|r| (r.role, r.index, r.name())).collect::<Vec<_>>()
+    );
+    let built: Vec<&Replica> = wanted.iter().filter_map(|w| w.built.as_ref()).collect();
+    assert_eq!(built.iter().map(|r| r.name()).collect::<Vec<_>>(), asked);
+    for replica in built {
+        assert_eq!(Some(replica), all.iter().find(|r| r.name() == replica.name()));
+    }
+    let none = desired::wanted(&job, Some(&config), &settings, |_| false).unwrap();
+    assert!(none.iter().all(|w| w.built.is_none()));
+    // A job that cannot be built is refused whether or not anything is asked for.
+    let mut no_coordinator = job.clone();
+    no_coordinator.spec.coordinator = None;
+    let refused = desired::wanted(&no_coordinator, None, &settings, |_| false);
+    assert_eq!(refused, Err(desired::BuildError::NoCoordinator));
+}
+
+#[test]
 fn a_job_without_uid_or_coordinator_cannot_be_built() {
     let mut no_uid = job(0, 0, json!({}));
     no_uid.metadata.uid = None;

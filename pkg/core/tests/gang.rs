@@ -23,7 +23,7 @@ fn volcano() -> Backend {
 
 fn role_gangs(job: &DIJob) -> Vec<Gang> {
     let settings = Settings { max_gpus_per_pod: 4, ..Settings::default() };
-    gang::role_gangs(job, &desired::replicas(job, Some(&agconfig()), &settings).unwrap())
+    gang::role_gangs(job, &desired::wanted(job, Some(&agconfig()), &settings, |_| false).unwrap())
 }
 
 #[test]

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::{Replica, job_labels};
+use super::{Wanted, job_labels};
 
 /// The gang scheduler the orchestrator creates PodGroups for (`--gang-scheduler`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -59,14 +59,14 @@ pub struct Gang {
 /// A role job's gangs: each logic learner with an aggregator, named `<job>-learner-<i>` after it,
 /// of its aggregator and DDP learners, all needed at once. The coordinator, collectors and
 /// single-GPU learners are in none. Nothing when the job asks for no gangs.
-pub fn role_gangs(job: &DIJob, replicas: &[Replica]) -> Vec<Gang> {
+pub fn role_gangs(job: &DIJob, replicas: &[Wanted]) -> Vec<Gang> {
     if !di_api::gang::enabled(job) {
         return vec![];
     }
     let mut by_learner: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for replica in replicas {
         if let (Role::Aggregator | Role::DdpLearner, Some(index)) = (replica.role, replica.index) {
-            by_learner.entry(index).or_default().push(replica.name());
+            by_learner.entry(index).or_default().push(replica.name.clone());
         }
     }
     let job_name = job.name_any();
