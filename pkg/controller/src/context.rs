@@ -40,8 +40,6 @@ pub struct Context {
     pub events: crate::events::Events,
     pub metrics: Arc<Metrics>,
     pub pacer: Pacer,
-    /// When each job's next pass may run (see `spacing`).
-    pub spacing: crate::spacing::Spacing,
     /// Restart marks written and not yet seen in the service cache.
     pub marks: Arc<Marks>,
     /// Pods and services created and not yet seen in the caches.

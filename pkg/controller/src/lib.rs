@@ -19,7 +19,6 @@ mod pass;
 pub mod podgroups;
 pub mod reconciler;
 pub mod restarts;
-pub mod spacing;
 pub mod support;
 pub mod timing;
 pub mod triggers;

@@ -49,8 +49,6 @@ pub struct Metrics {
     pub status_writes: Counter,
     /// Passes that found their cached job older than the stored one and left it for the next.
     pub stale_passes: Counter,
-    /// Passes that waited for their job's last one to be far enough behind (see `spacing`).
-    pub spaced_passes: Counter,
     pub phase_transitions: Family<PhaseLabel, Counter>,
     /// DIJobs by phase, set from the reconciler's cache when scraped.
     pub jobs: Family<PhaseLabel, Gauge>,
@@ -82,7 +80,6 @@ impl Metrics {
             pods_deleted: Counter::default(),
             status_writes: Counter::default(),
             stale_passes: Counter::default(),
-            spaced_passes: Counter::default(),
             phase_transitions: Family::default(),
             jobs: Family::default(),
             jobs_left_alone: Gauge::default(),
@@ -107,11 +104,6 @@ impl Metrics {
                 "stale_passes",
                 "Reconcile passes that found their cached DIJob older than the stored one",
                 metrics.stale_passes.clone(),
-            );
-            r.register(
-                "spaced_passes",
-                "Reconcile passes that waited for their job's last costly pass to be far enough behind",
-                metrics.spaced_passes.clone(),
             );
             r.register("phase_transitions", "DIJob phase transitions, by new phase", metrics.phase_transitions.clone());
             r.register("jobs", "DIJobs by phase", metrics.jobs.clone());

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use di_api::contract::names;
 use di_api::defaults::default_dijob;
@@ -32,16 +32,9 @@ use crate::status::{self, Facts};
 use crate::view::JobView;
 
 pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let uid = view.uid().unwrap_or_default();
-    if let Some(wait) = ctx.spacing.wait(&uid) {
-        ctx.metrics.spaced_passes.inc();
-        tokio::time::sleep(wait).await;
-    }
     let _timer = ctx.metrics.reconcile_started();
-    let mut deciding = Duration::ZERO;
-    let result = pass(view, &ctx, &mut deciding).await;
-    ctx.spacing.ended(&uid, deciding);
-    match result {
+    let uid = view.uid().unwrap_or_default();
+    match pass(view, &ctx).await {
         // The cached job is older than the one stored: the newer one's watch event brings the
         // next pass; the requeue only stands in for a lost event.
         Err(Error::StaleJob) => {
@@ -56,9 +49,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     }
 }
 
-/// `deciding`: what the pass spent before its first request (see `spacing`).
-async fn pass(view: Arc<JobView>, ctx: &Arc<Context>, deciding: &mut Duration) -> Result<Requeue, Error> {
-    let started = Instant::now();
+async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> {
     if view.metadata.deletion_timestamp.is_some() {
         // Everything the job owns goes with it through garbage collection.
         return Ok(Requeue::await_change());
@@ -123,7 +114,6 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>, deciding: &mut Duration) -
         _ => true,
     });
     let cache_behind = plan.actions.len() < planned;
-    *deciding = started.elapsed();
 
     // A finished phase is recorded before the cleanup it triggers, so a crash in between cannot
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a

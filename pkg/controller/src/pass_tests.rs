@@ -94,7 +94,6 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         restart_backoff: Duration::from_secs(10),
         metrics: Arc::new(Metrics::new()),
         pacer,
-        spacing: Default::default(),
         marks,
         created: Default::default(),
         retries: Default::default(),

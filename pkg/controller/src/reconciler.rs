@@ -126,7 +126,6 @@ pub async fn run(
         restart_backoff: options.restart_backoff,
         metrics,
         pacer,
-        spacing: Default::default(),
         marks: Arc::default(),
         created: Created::default(),
         retries: Retries::default(),
