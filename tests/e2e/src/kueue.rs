@@ -192,6 +192,7 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+pub mod jobs;
 mod queue;
 mod turns;
 

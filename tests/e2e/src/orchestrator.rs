@@ -268,6 +268,18 @@ impl Sidecar {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the endpoint answers its health check (ten seconds at most, then fails with
+    /// its log).
+    pub async fn until_ready(&self) {
+        for _ in 0..100 {
+            if reqwest::get(format!("{}/healthz", self.url)).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the replica endpoint did not start: {}", self.log());
+    }
+
     /// The process, for measuring it.
     pub fn pid(&self) -> Option<u32> {
         self._child.id()

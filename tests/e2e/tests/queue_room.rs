@@ -4,41 +4,17 @@
 //! and Kueue installed after the orchestrator is used once the orchestrator has started again
 //! (`di_e2e::kueue`). That a running job's queue cannot change is the webhook's (`webhook.rs`).
 
-use std::time::Duration;
-
-use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
-use di_api::{DIJob, DIJobCondition, Phase};
+use di_api::{DIJob, Phase};
 use di_e2e::cluster::{TestCluster, until_watched, within};
+use di_e2e::kueue::jobs::{queued, submit};
 use di_e2e::kueue::{self, Share, TestQueue};
 use di_e2e::orchestrator::{Orchestrator, Sidecar};
 use di_e2e::scenario::{Scenario, WAIT};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::await_condition;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-
-/// What each replica asks for (on kind one node's cores run every scenario at once).
-const REPLICA_CPU: &str = "50m";
-
-/// A role job in `queue` of a coordinator (with the sidecar's 10m beside it) and `collectors`
-/// collectors, each asking for [`REPLICA_CPU`].
-async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32) {
-    let mut container = s.nodes.container();
-    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
-    let mut pod = s.nodes.pod_spec();
-    pod["containers"] = json!([container]);
-    let job = json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
-        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": collectors, "template": {"spec": pod}}},
-    });
-    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
-}
-
-fn queued(job: &DIJob) -> Option<&DIJobCondition> {
-    job.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Queued")
-}
 
 /// Waits until job `name`'s `Queued` condition is `status` with a message that contains `words`.
 async fn until_queued(s: &Scenario, name: &str, status: &str, words: &str) -> DIJob {
@@ -76,9 +52,9 @@ async fn collectors_scaled_away_give_their_quota_to_the_next_job_and_cannot_take
     // Room for `big` (60m + 2 x 50m) but not `small` (60m + 50m) beside it.
     let queue =
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "220m"), ("memory", "100Gi")]).await;
-    submit(&s, "big", "team-queue", 2).await;
+    submit(&s, "big", "team-queue", 2, None).await;
     s.wait_phase("big", Phase::Running).await;
-    submit(&s, "small", "team-queue", 1).await;
+    submit(&s, "small", "team-queue", 1, None).await;
     until_queued(&s, "small", "True", "team-queue").await;
 
     // Its collectors scaled away: their quota goes back, and `small` is admitted with it.
@@ -105,9 +81,9 @@ async fn a_suspended_job_gives_its_place_to_the_next_and_queues_again_when_resum
     let s = Box::pin(Scenario::on(cluster, "suspend", &[])).await;
     let queue =
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "150m"), ("memory", "100Gi")]).await;
-    submit(&s, "first", "team-queue", 1).await;
+    submit(&s, "first", "team-queue", 1, None).await;
     s.wait_phase("first", Phase::Running).await;
-    submit(&s, "second", "team-queue", 1).await;
+    submit(&s, "second", "team-queue", 1, None).await;
     until_queued(&s, "second", "True", "team-queue").await;
 
     suspend(&s, "first", true).await;
@@ -154,23 +130,13 @@ async fn a_coordinator_is_refused_more_collectors_than_its_admission_and_nothing
     let s = Box::pin(Scenario::on(cluster, "endpoint-quota", &[])).await;
     let queue =
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "150m"), ("memory", "100Gi")]).await;
-    submit(&s, "elastic", "team-queue", 1).await;
+    submit(&s, "elastic", "team-queue", 1, None).await;
     s.wait_phase("elastic", Phase::Running).await;
     let sidecar = Sidecar::start(&s.cluster, &s.ns, "elastic").await;
     let url = format!("{}/v1alpha1/replicas", sidecar.url);
     let body = json!({"namespace": s.ns, "coordinator": "elastic-coordinator", "collectors": {"replicas": 1}});
-    let mut answer = None;
-    // The endpoint answers once it has started and the job's status names its pod.
-    for _ in 0..100 {
-        match reqwest::get(format!("{}/healthz", sidecar.url)).await {
-            Ok(_) => {
-                answer = Some(call(&url, body.clone()).await);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    let (status, reply) = answer.unwrap_or_else(|| panic!("the replica endpoint did not start: {}", sidecar.log()));
+    sidecar.until_ready().await;
+    let (status, reply) = call(&url, body.clone()).await;
     assert_eq!(status, 409, "{reply}\n{}", sidecar.log());
     let message = reply["message"].as_str().unwrap_or_default();
     assert!(message.contains("team-queue") && message.contains("1 collector pod(s)"), "{message}");
@@ -187,7 +153,7 @@ async fn kueue_installed_after_the_orchestrator_is_used_once_it_has_started_agai
     let recheck = ["--queues-recheck-seconds=1"];
     let same = TestCluster { client: cluster.client.clone(), kubeconfig: cluster.kubeconfig.clone() };
     let mut s = Box::pin(Scenario::on(same, "kueue-later", &recheck)).await;
-    submit(&s, "early", "team-queue", 1).await;
+    submit(&s, "early", "team-queue", 1, None).await;
     let held = until_queued(&s, "early", "True", "install Kueue").await;
     assert_eq!(queued(&held).unwrap().reason.as_deref(), Some("NoKueue"));
 

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
-use di_api::{DIJob, DIJobCondition, Phase};
+use di_api::{DIJob, Phase};
 use di_e2e::capacity::{self, NodeShape};
 use di_e2e::cluster::{until_watched, within};
 use di_e2e::history::{created_once, pod_uids};
+use di_e2e::kueue::jobs::{REPLICA_CPU, queued, submit};
 use di_e2e::kueue::{self, Share, TestQueue};
 use di_e2e::nodes::{REAL_IMAGE, real_nodes};
 use di_e2e::scenario::{Scenario, WAIT, names};
@@ -21,10 +22,6 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-
-/// What each replica asks for: little, since on kind one node's cores run all of this binary's
-/// scenarios at once.
-const REPLICA_CPU: &str = "50m";
 
 /// Room for one job of two replicas (and the sidecar's 10m beside the coordinator: 110m), not two.
 const ROOM_FOR_ONE: [(&str, &str); 2] = [("cpu", "150m"), ("memory", "100Gi")];
@@ -80,36 +77,8 @@ async fn kueue_admits_batch_jobs_within_its_quota() {
     kueue.stop().await;
 }
 
-/// A role job in `queue`: a coordinator and one collector of [`REPLICA_CPU`] each (and the
-/// sidecar's 10m beside the coordinator).
-async fn submit_queued(s: &Scenario, name: &str, queue: &str) {
-    submit_ranked(s, name, queue, None).await;
-}
-
-/// As [`submit_queued`], of PriorityClass `class` when given.
-async fn submit_ranked(s: &Scenario, name: &str, queue: &str, class: Option<&str>) {
-    let mut container = s.nodes.container();
-    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
-    let mut pod = s.nodes.pod_spec();
-    pod["containers"] = json!([container]);
-    let job = json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
-        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": 1, "template": {"spec": pod}}},
-    });
-    let mut job = job;
-    if let Some(class) = class {
-        job["spec"]["priorityClassName"] = json!(class);
-    }
-    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
-}
-
 fn phase(job: &DIJob) -> Option<Phase> {
     job.status.as_ref().and_then(|s| s.phase)
-}
-
-fn queued(job: &DIJob) -> Option<&DIJobCondition> {
-    job.status.as_ref()?.conditions.iter().find(|c| c.type_ == "Queued")
 }
 
 /// The jobs of the scenario once exactly `running` of them run, the rest held by their queue
@@ -137,7 +106,7 @@ async fn jobs_in_a_queue_run_one_at_a_time_within_its_quota() {
     let s = Box::pin(Scenario::on(cluster, "queued", &[])).await;
     let queue = TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE).await;
     for name in ["first", "second", "third"] {
-        submit_queued(&s, name, "team-queue").await;
+        submit(&s, name, "team-queue", 1, None).await;
     }
     let jobs = until_running(&s, 1).await;
     let running = jobs.iter().find(|j| phase(j) == Some(Phase::Running)).unwrap().name_any();
@@ -191,11 +160,11 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
         classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
     }
     let queue = TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE).await;
-    submit_ranked(&s, "low", "team-queue", Some(&low_class)).await;
+    submit(&s, "low", "team-queue", 1, Some(&low_class)).await;
     s.wait_phase("low", Phase::Running).await;
 
     // Room for one of them: the higher one takes it, the lower one loses its pods and waits.
-    submit_ranked(&s, "high", "team-queue", Some(&high_class)).await;
+    submit(&s, "high", "team-queue", 1, Some(&high_class)).await;
     s.wait_phase("high", Phase::Running).await;
     let evicted = s.jobs.get("low").await.unwrap();
     let held = queued(&evicted).expect("a Queued condition");
@@ -266,7 +235,7 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     let node = flavor_node(&s.cluster.client, &s.ns).await;
     let labels = json!({FLAVOR_LABEL: s.ns});
     let queue = TestQueue::flavored(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE, labels).await;
-    submit_queued(&s, "placed", "team-queue").await;
+    submit(&s, "placed", "team-queue", 1, None).await;
     s.wait_phase("placed", Phase::Running).await;
     let params = ListParams::default().labels(&format!("{}=placed", di_api::contract::labels::JOB_NAME));
     let pods = s.pods.list(&params).await.unwrap().items;
@@ -294,7 +263,7 @@ async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_n
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
     let created = pod_uids(&s.pods).await;
-    submit_queued(&s, "sturdy", "team-queue").await;
+    submit(&s, "sturdy", "team-queue", 1, None).await;
     // Killed the moment its Workload exists: before, or while, Kueue admits it.
     let kind = kueue::resource("Workload", "workloads");
     let first = until_watched(workloads.clone(), watcher::Config::default(), kind, WAIT, "the job's Workload", |all| {

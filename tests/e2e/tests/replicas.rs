@@ -30,16 +30,6 @@ async fn call(method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, 
     (status, response.json().await.expect("an envelope"))
 }
 
-async fn ready(sidecar: &Sidecar) {
-    for _ in 0..100 {
-        if reqwest::get(format!("{}/healthz", sidecar.url)).await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the replica endpoint did not start: {}", sidecar.log());
-}
-
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_coordinator_scales_its_own_job() {
@@ -48,7 +38,7 @@ async fn a_coordinator_scales_its_own_job() {
     s.wait_pods("scaled", &names("scaled", &["coordinator", "collector-0"])).await;
     s.wait_phase("scaled", Phase::Running).await;
     let sidecar = Sidecar::start(&s.cluster, &s.ns, "scaled").await;
-    ready(&sidecar).await;
+    sidecar.until_ready().await;
     let base = format!("{}/v1alpha1/replicas", sidecar.url);
     let ns = s.ns.clone();
 
@@ -120,7 +110,7 @@ async fn concurrent_requests_through_the_real_api_server_lose_no_update() {
     s.submit("raced", 0, 0, json!({})).await;
     s.wait_phase("raced", Phase::Running).await;
     let sidecar = Sidecar::start(&s.cluster, &s.ns, "raced").await;
-    ready(&sidecar).await;
+    sidecar.until_ready().await;
     let url = format!("{}/v1alpha1/replicas", sidecar.url);
     let mut tasks = vec![];
     for i in 0..12 {
