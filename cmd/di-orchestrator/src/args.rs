@@ -115,11 +115,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 16)]
     pub(crate) concurrency: u16,
     /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) creates_per_job: u16,
     /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
     /// of the API server.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) creates_in_flight: u16,
     /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
     /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
