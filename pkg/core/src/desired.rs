@@ -129,8 +129,7 @@ pub struct Wanted {
 
 /// Every replica the job should have, in [`replicas`]' order, with its pod and Service built only
 /// where `build` says so of its name. A pass over a job of a thousand replicas needs the objects
-/// of the few it creates, and building the rest again each pass cost most of its CPU (a
-/// multi-GPU learner's few pods are built together, then kept where asked for).
+/// of the few it creates, and building the rest again each pass cost most of its CPU.
 pub fn wanted(
     job: &DIJob,
     aggregator: Option<&AggregatorConfig>,
@@ -138,23 +137,19 @@ pub fn wanted(
     build: impl Fn(&str) -> bool,
 ) -> Result<Vec<Wanted>, BuildError> {
     let builder = Builder::new(job, settings)?;
-    let plain = |role, index, name: String, built: &dyn Fn(String) -> Replica| {
+    // A collector or a single-GPU learner is built only where asked for.
+    let lazily = |role, index, name: String, built: &dyn Fn(String) -> Replica| {
         let built = build(&name).then(|| built(name.clone()));
         Wanted { role, index, name, built }
     };
-    let coordinator = names::coordinator(&builder.job);
-    let mut out = vec![match build(&coordinator) {
-        true => Wanted::of(builder.coordinator()?),
-        false => {
-            job.spec.coordinator.as_ref().ok_or(BuildError::NoCoordinator)?;
-            Wanted { role: Role::Coordinator, index: None, name: coordinator, built: None }
-        }
-    }];
+    // The coordinator (one pod) and a multi-GPU learner's few pods are built whole, then kept
+    // where asked for.
+    let mut out = vec![Wanted::kept(builder.coordinator()?, &build)];
     if let Some(collector) = &job.spec.collector {
         for i in 0..job.spec.collector_replicas().max(0) as u32 {
             let name = names::replica(&builder.job, Role::Collector, i);
             let make = |name| builder.replica(Role::Collector, Some(i), name, &collector.template, vec![]);
-            out.push(plain(Role::Collector, Some(i), name, &make));
+            out.push(lazily(Role::Collector, Some(i), name, &make));
         }
     }
     if let Some(learner) = &job.spec.learner {
@@ -164,10 +159,7 @@ pub fn wanted(
             if aggregated {
                 if let Some(config) = aggregator {
                     let group = builder.aggregated_learner(i, gpus, &learner.template, config);
-                    out.extend(group.into_iter().map(Wanted::of).map(|mut w| {
-                        w.built = w.built.filter(|_| build(&w.name));
-                        w
-                    }));
+                    out.extend(group.into_iter().map(|r| Wanted::kept(r, &build)));
                 }
             } else {
                 let name = names::replica(&builder.job, Role::Learner, i);
@@ -178,7 +170,7 @@ pub fn wanted(
                     }
                     replica
                 };
-                out.push(plain(Role::Learner, Some(i), name, &make));
+                out.push(lazily(Role::Learner, Some(i), name, &make));
             }
         }
     }
@@ -186,8 +178,11 @@ pub fn wanted(
 }
 
 impl Wanted {
-    fn of(replica: Replica) -> Wanted {
-        Wanted { role: replica.role, index: replica.index, name: replica.name(), built: Some(replica) }
+    /// `replica`, its objects kept if `build` asks for them.
+    fn kept(replica: Replica, build: &impl Fn(&str) -> bool) -> Wanted {
+        let (role, index, name) = (replica.role, replica.index, replica.name());
+        let built = build(&name).then_some(replica);
+        Wanted { role, index, name, built }
     }
 }
 
