@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::{defaulted, update_errors, valid_job};
+use common::{Mutation, defaulted, pod, set_json, valid_job};
 use di_api::defaults::default_aggregator_config;
 use di_api::validation::{validate_aggregator_config, validate_dijob};
 use di_api::{AggregatorConfig, CollectorSpec, DIJob};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::json;
 
 fn errors(job: DIJob) -> Vec<(String, String)> {
@@ -18,22 +18,6 @@ fn errors(job: DIJob) -> Vec<(String, String)> {
         Err(e) => e.0.into_iter().map(|e| (e.path, e.message)).collect(),
     }
 }
-
-fn pod<'a>(job: &'a mut DIJob, role: &str) -> &'a mut PodSpec {
-    let template = match role {
-        "coordinator" => &mut job.spec.coordinator.as_mut().unwrap().template,
-        "collector" => &mut job.spec.collector.as_mut().unwrap().template,
-        "learner" => &mut job.spec.learner.as_mut().unwrap().template,
-        other => panic!("no role {other}"),
-    };
-    template.spec.as_mut().unwrap()
-}
-
-fn set_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-type Mutation = fn(&mut DIJob);
 
 #[test]
 fn valid_jobs_pass() {
@@ -412,96 +396,6 @@ fn errors_are_all_reported_in_one_message() {
         "spec.cleanPodPolicy: Unsupported value \"x\": use one of \"Running\", \"All\", \"None\"; \
          spec.restartLimit: Invalid value: -1: must be 0 or more (leave it unset for no limit)"
     );
-}
-
-#[test]
-fn updates() {
-    let allowed: [(&str, Mutation); 7] = [
-        ("scale collectors", |j| j.spec.collector.as_mut().unwrap().replicas = Some(10)),
-        ("scale learners to zero", |j| j.spec.learner.as_mut().unwrap().replicas = Some(0)),
-        ("suspend", |j| j.spec.suspend = Some(true)),
-        ("change the cleanup policy", |j| j.spec.clean_pod_policy = Some("None".into())),
-        ("set a TTL and a restart limit", |j| {
-            j.spec.ttl_seconds_after_finished = Some(60);
-            j.spec.restart_limit = Some(3);
-        }),
-        ("add a role", |j| {
-            let mut old = j.clone();
-            old.spec.collector = None;
-            *j = old;
-        }),
-        ("labels", |j| j.metadata.labels = Some([("team".to_string(), "rl".to_string())].into())),
-    ];
-    for (name, mutate) in allowed {
-        let old = valid_job();
-        let mut new = old.clone();
-        mutate(&mut new);
-        if name == "add a role" {
-            // The old job lacks the collector the new one adds.
-            assert_eq!(update_errors(new.clone(), old.clone()), Vec::<String>::new(), "{name}");
-        } else {
-            assert_eq!(update_errors(old, new), Vec::<String>::new(), "{name}");
-        }
-    }
-
-    // The stored object is defaulted, the old one from before the webhook was installed is not:
-    // filling in defaults is not a change.
-    assert_eq!(update_errors(valid_job(), defaulted(valid_job())), Vec::<String>::new());
-
-    let forbidden: [(&str, Mutation, &str); 7] = [
-        (
-            "change a template",
-            |j| pod(j, "collector").containers[0].image = Some("ding:v2".into()),
-            "spec.collector.template: Forbidden: a role's pod template is immutable once the job exists; delete and re-create the DIJob to change it",
-        ),
-        (
-            "change volumes",
-            |j| j.spec.volumes.as_mut().unwrap().push(set_json(json!({"name": "extra", "emptyDir": {}}))),
-            "spec.volumes: Forbidden: volumes are immutable",
-        ),
-        ("change the group", |j| j.spec.group = Some("other".into()), "spec.group: Forbidden: the group is immutable"),
-        (
-            "change the priority",
-            |j| j.spec.priority_class_name = Some("high".into()),
-            "spec.priorityClassName: Forbidden: the priority is immutable",
-        ),
-        (
-            "remove a role",
-            |j| j.spec.learner = None,
-            "spec.learner: Forbidden: a role cannot be removed from a job; set its replicas to 0 instead",
-        ),
-        (
-            "change GPUs of running learners",
-            |j| j.spec.learner.as_mut().unwrap().gpus = Some(2),
-            "spec.learner.gpus: Forbidden: cannot change while the job has 1 learners; set spec.learner.replicas to 0 first",
-        ),
-        (
-            "change the aggregator of running learners",
-            |j| j.spec.learner.as_mut().unwrap().aggregator_config = Some("other".into()),
-            "spec.learner.aggregatorConfig: Forbidden: cannot change while the job has 1 learners",
-        ),
-    ];
-    for (name, mutate, want) in forbidden {
-        let old = valid_job();
-        let mut new = old.clone();
-        mutate(&mut new);
-        let got = update_errors(old, new);
-        assert_eq!(got.len(), 1, "{name}: {got:#?}");
-        assert!(got[0].starts_with(want), "{name}: {:?} does not start with {want:?}", got[0]);
-    }
-
-    // GPUs may change while no learner runs.
-    let mut old = valid_job();
-    old.spec.learner.as_mut().unwrap().replicas = Some(0);
-    let mut new = old.clone();
-    new.spec.learner.as_mut().unwrap().gpus = Some(4);
-    assert_eq!(update_errors(old, new), Vec::<String>::new());
-
-    // An update is also checked as a create.
-    let old = valid_job();
-    let mut new = old.clone();
-    new.spec.collector.as_mut().unwrap().replicas = Some(-3);
-    assert_eq!(update_errors(old, new), vec!["spec.collector.replicas: Invalid value: -3: must be between 0 and 1000"]);
 }
 
 #[test]

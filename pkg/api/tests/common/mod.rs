@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use di_api::DIJob;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob_update;
+use k8s_openapi::api::core::v1::PodSpec;
 
 /// Read when run, not compiled in: clones share one build target, which cargo does not rebuild
 /// for a moved clone, so a compiled-in path may name another clone.
@@ -56,4 +57,23 @@ pub fn update_errors(old: DIJob, new: DIJob) -> Vec<String> {
         Ok(()) => vec![],
         Err(e) => e.0.into_iter().map(|e| e.to_string()).collect(),
     }
+}
+
+/// A change to a job, for the tables of rules.
+pub type Mutation = fn(&mut DIJob);
+
+/// The pod spec of `role`'s template in `job`.
+pub fn pod<'a>(job: &'a mut DIJob, role: &str) -> &'a mut PodSpec {
+    let template = match role {
+        "coordinator" => &mut job.spec.coordinator.as_mut().unwrap().template,
+        "collector" => &mut job.spec.collector.as_mut().unwrap().template,
+        "learner" => &mut job.spec.learner.as_mut().unwrap().template,
+        other => panic!("no role {other}"),
+    };
+    template.spec.as_mut().unwrap()
+}
+
+/// A value read from JSON.
+pub fn set_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
+    serde_json::from_value(value).unwrap()
 }
