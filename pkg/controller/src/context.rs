@@ -52,6 +52,10 @@ pub struct Context {
     pub creates: crate::creates::Limits,
     /// The Workloads and ResourceFlavors, where the cluster serves Kueue.
     pub kueue: Option<crate::workloads::Kueue>,
+    /// The starting jobs, whose pods' progress may wait for a pass (`triggers`).
+    pub starting: crate::triggers::Starting,
+    /// Passes that wait (`later`).
+    pub later: crate::later::Later,
 }
 
 /// Publishes an event on the job without holding up the pass: events inform, they do not gate.

@@ -11,6 +11,7 @@ pub mod events;
 mod execute;
 pub mod identity;
 pub mod index;
+pub mod later;
 pub mod leader;
 pub mod metrics;
 pub mod owner;

@@ -69,6 +69,15 @@ fn other_conditions(s: &DIJobStatus) -> Vec<&DIJobCondition> {
     s.conditions.iter().filter(|c| !names_a_phase(c)).collect()
 }
 
+/// How many pods a job on its way up waits for to run, by `status`; `None` once it waits for
+/// none (see `triggers`).
+pub fn waits_for(status: &DIJobStatus) -> Option<usize> {
+    if !on_the_way_up(status) || at_desired(status) {
+        return None;
+    }
+    usize::try_from(status.replicas?).ok()
+}
+
 /// A job on its way up: no status yet, submitted, its pods being made or starting, or running
 /// (a role job: its coordinator runs) with replicas not ready yet.
 fn on_the_way_up(s: &DIJobStatus) -> bool {
@@ -354,6 +363,19 @@ mod tests {
         assert!(at_desired(&s));
         (s.ready_replicas, s.replicas) = (Some(5), Some(12));
         assert!(!at_desired(&s), "a task job with pods not ready");
+    }
+
+    #[test]
+    fn a_job_waits_for_its_pods_only_on_its_way_up() {
+        let mut s = status(Phase::Starting, "3/10", 0);
+        s.replicas = Some(11);
+        assert_eq!(waits_for(&s), Some(11));
+        s.phase = Some(Phase::Running);
+        assert_eq!(waits_for(&s), Some(11), "a role job's coordinator runs, its collectors not yet");
+        s.collectors = Some("10/10".into());
+        assert_eq!(waits_for(&s), None, "at desired");
+        (s.phase, s.collectors) = (Some(Phase::Failed), Some("3/10".into()));
+        assert_eq!(waits_for(&s), None, "ended");
     }
 
     #[test]

@@ -33,6 +33,8 @@ use crate::view::JobView;
 
 pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let _timer = ctx.metrics.reconcile_started();
+    // Before any cache is read: this pass reads every report that was waiting for one.
+    ctx.later.ran(ObjectRef::from_obj(view.as_ref()));
     let uid = view.uid().unwrap_or_default();
     match pass(view, &ctx).await {
         // The cached job is older than the one stored: the newer one's watch event brings the
@@ -97,6 +99,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         world.taken.extend(held);
         plan = plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff)?;
     }
+    ctx.starting.set(&namespace, &job.name_any(), pace::waits_for(&plan.status));
 
     // What this process created and its caches do not show yet exists: creating it again would
     // only be refused. Until the caches catch up, the status would describe a world without it.

@@ -100,6 +100,8 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         namespaces: Default::default(),
         creates: crate::creates::Limits::new(16, 64),
         kueue: None,
+        starting: Default::default(),
+        later: crate::later::Later::new(Duration::from_secs(1)).0,
     })
 }
 

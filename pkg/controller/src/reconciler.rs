@@ -9,6 +9,7 @@ use futures::StreamExt;
 use kube::runtime::controller::{Action as Requeue, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{info, warn};
@@ -18,10 +19,11 @@ use crate::created::Created;
 use crate::desired::{self, Settings, managed_selector};
 use crate::error::{Error, Retries};
 use crate::index::JobIndex;
+use crate::later::Later;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
-use crate::triggers::PodChanges;
+use crate::triggers::{PodChanges, Starting, Trigger};
 use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Options of the reconciler loop.
@@ -68,6 +70,8 @@ pub async fn run(
     let (pods, pod_writer) = reflector::store();
     let (pod_index, service_index) = (JobIndex::default(), JobIndex::default());
     let namespace = options.namespace.as_deref();
+    let starting = Starting::default();
+    let (later, due) = Later::new(options.status_period);
     let pod_stream = watcher(api::<PodView>(&client, namespace), selector.clone())
         .backoff(watch_backoff())
         .modify(PodView::slim)
@@ -77,8 +81,17 @@ pub async fn run(
             move |event| event.iter().for_each(|e| index.apply(e))
         })
         .filter({
-            let mut changes = PodChanges::default();
-            move |event| std::future::ready(event.as_ref().map_or(true, |e| changes.matter(e)))
+            let (mut changes, later) = (PodChanges::new(starting.clone()), later.clone());
+            move |event| {
+                let Ok(e) = event else { return std::future::ready(true) };
+                let trigger = changes.trigger(e);
+                if let (Trigger::Later, Event::Apply(pod)) = (trigger, e) {
+                    later.wait(
+                        ObjectRef::new(pod.job().unwrap_or_default()).within(&pod.namespace().unwrap_or_default()),
+                    );
+                }
+                std::future::ready(trigger == Trigger::Now)
+            }
         })
         .touched_objects();
     let (services, service_writer) = reflector::store();
@@ -132,6 +145,8 @@ pub async fn run(
         namespaces: Default::default(),
         creates: crate::creates::Limits::new(options.creates_per_job, options.creates_in_flight),
         kueue,
+        starting: starting.clone(),
+        later,
     });
     let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
@@ -140,6 +155,12 @@ pub async fn run(
         .backoff(watch_backoff())
         .modify(JobView::slim)
         .reflect(job_writer)
+        .inspect(move |event| {
+            // A deleted job waits for no pod.
+            if let Ok(Event::Delete(job)) = event {
+                starting.set(&job.namespace().unwrap_or_default(), &job.name_any(), None);
+            }
+        })
         .touched_objects();
     // No pass runs before the pods and services are listed: a pass over an empty cache would see
     // a running job without its coordinator and set it back to Created. The controller polls the
@@ -181,6 +202,7 @@ pub async fn run(
         .watches_stream(pod_stream, job_of)
         .watches_stream(service_stream, job_of)
         .watches_stream(config_stream, uses_config)
+        .reconcile_on(due)
         .graceful_shutdown_on(shutdown)
         .run(pass::reconcile, error_policy, context)
         .for_each(|result| async move {

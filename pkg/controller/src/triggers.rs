@@ -1,48 +1,193 @@
-//! Which pod changes start a pass. Most reports of a starting pod change nothing a pass reads:
-//! its binding to a node, for one, moves only the resourceVersion of what the cache keeps (see
-//! `view::PodView`). Each such report would cost a whole pass over its job (the plan, the status)
-//! while the orchestrator shares the machine's cores with the API server it waits on. So a
-//! report starts a pass only when the kept view changed; the cache takes every report all the
+//! Which pod changes start a pass, and when. Most reports of a starting pod change nothing a pass
+//! reads: its binding to a node, for one, moves only the resourceVersion of what the cache keeps
+//! (see `view::PodView`). Each such report would cost a whole pass over its job (the plan, the
+//! status) while the orchestrator shares the machine's cores with the API server it waits on. So
+//! a report starts a pass only when the kept view changed; the cache takes every report all the
 //! same.
+//!
+//! Of those that changed, a report that only moves a pod of a starting job forward (it appeared,
+//! it runs, it is ready) while the job still waits for more of its pods to run changes only the
+//! job's progress, which its status shows at most once a period: its pass may wait (`later`).
+//! Everything else starts a pass at once: the pod that makes the job's running pods as many as
+//! it wants, a pod that failed, ended, goes or cannot be placed, any change of its metadata, a
+//! relist, and every report of a job no pass has said it is starting.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
 
 use kube::runtime::watcher::Event;
 
-use crate::view::PodView;
+use crate::view::{JobMember, PodView};
 
-/// What each pod looked like when it last started a pass, by a hash of its UID.
+/// What a pod report asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Nothing a pass reads changed.
+    None,
+    /// A pass at once.
+    Now,
+    /// A pass within the status period (`later`).
+    Later,
+}
+
+/// The starting jobs and how many running pods each wants, by a hash of namespace and name:
+/// written by each pass, read for each report.
+#[derive(Clone, Default)]
+pub struct Starting(Arc<Mutex<HashMap<u64, usize>>>);
+
+impl Starting {
+    /// `wants`: the pods the job waits for to run, or `None` once it waits for none (it runs,
+    /// it ended, it is held), when every report of it starts a pass at once.
+    pub fn set(&self, namespace: &str, job: &str, wants: Option<usize>) {
+        let mut jobs = self.0.lock().expect("the starting jobs' lock is never poisoned");
+        match wants {
+            Some(n) => jobs.insert(job_key(namespace, job), n),
+            None => jobs.remove(&job_key(namespace, job)),
+        };
+    }
+
+    fn wants(&self, key: u64) -> Option<usize> {
+        self.0.lock().expect("the starting jobs' lock is never poisoned").get(&key).copied()
+    }
+}
+
+/// What each pod looked like when it last started a pass, by a hash of its UID, and how many
+/// running pods each job has.
 #[derive(Default)]
 pub struct PodChanges {
-    seen: HashMap<u64, u64>,
+    seen: HashMap<u64, Seen>,
+    running: HashMap<u64, usize>,
+    starting: Starting,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// Everything of the kept view but its resourceVersion.
+    fingerprint: u64,
+    /// The same, of its metadata alone.
+    metadata: u64,
+    step: Option<Step>,
+    job: Option<u64>,
+}
+
+/// How far a pod on its way up has come; `None` for any other pod (on its way out, ended,
+/// failed, not placeable, unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    Pending,
+    Running,
+    Ready,
 }
 
 impl PodChanges {
-    /// Whether `event` can change what a pass decides. A pod that appears or goes, and every
-    /// (re)list, always can.
-    pub fn matter(&mut self, event: &Event<PodView>) -> bool {
+    pub fn new(starting: Starting) -> PodChanges {
+        PodChanges { starting, ..PodChanges::default() }
+    }
+
+    /// What `event` asks for. A pod that goes, and every (re)list, always starts a pass.
+    pub fn trigger(&mut self, event: &Event<PodView>) -> Trigger {
         match event {
             Event::Apply(pod) => {
-                let (key, fingerprint) = (hash(&pod.metadata.uid), fingerprint(pod));
-                self.seen.insert(key, fingerprint) != Some(fingerprint)
+                let (key, seen) = (hash(&pod.metadata.uid), Seen::of(pod));
+                let before = self.record(key, Some(seen));
+                match before {
+                    Some(b) if b.fingerprint == seen.fingerprint => Trigger::None,
+                    _ if !moves_forward(before, seen) => Trigger::Now,
+                    _ => match seen.job.and_then(|job| Some((self.starting.wants(job)?, self.running_of(job)))) {
+                        Some((wants, running)) if running < wants => Trigger::Later,
+                        _ => Trigger::Now,
+                    },
+                }
             }
             Event::InitApply(pod) => {
-                self.seen.insert(hash(&pod.metadata.uid), fingerprint(pod));
-                true
+                self.record(hash(&pod.metadata.uid), Some(Seen::of(pod)));
+                Trigger::Now
             }
             Event::Delete(pod) => {
-                self.seen.remove(&hash(&pod.metadata.uid));
-                true
+                self.record(hash(&pod.metadata.uid), None);
+                Trigger::Now
             }
             Event::Init => {
                 // The list that follows reports every pod that is still there.
                 self.seen.clear();
-                true
+                self.running.clear();
+                Trigger::Now
             }
-            Event::InitDone => true,
+            Event::InitDone => Trigger::Now,
         }
     }
+
+    /// Keeps `now` as the pod's last view (or forgets the pod), counting its job's running pods;
+    /// the view before.
+    fn record(&mut self, key: u64, now: Option<Seen>) -> Option<Seen> {
+        let before = match now {
+            Some(seen) => self.seen.insert(key, seen),
+            None => self.seen.remove(&key),
+        };
+        if let Some(job) = before.filter(Seen::runs).and_then(|s| s.job)
+            && let Some(count) = self.running.get_mut(&job)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.running.remove(&job);
+            }
+        }
+        if let Some(job) = now.filter(Seen::runs).and_then(|s| s.job) {
+            *self.running.entry(job).or_default() += 1;
+        }
+        before
+    }
+
+    fn running_of(&self, job: u64) -> usize {
+        self.running.get(&job).copied().unwrap_or(0)
+    }
+}
+
+/// Only its way up moved: a new pod on its way up, or one whose metadata is as it was and that
+/// came further.
+fn moves_forward(before: Option<Seen>, now: Seen) -> bool {
+    match (before, now.step) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(b), Some(step)) => b.metadata == now.metadata && b.step.is_some_and(|s| s < step),
+    }
+}
+
+impl Seen {
+    fn of(pod: &PodView) -> Seen {
+        let mut meta = pod.metadata.clone();
+        meta.resource_version = None;
+        let metadata = hash(&(serde_json::to_vec(&meta).unwrap_or_default(), &pod.kept_labels, &pod.owner));
+        let status = serde_json::to_vec(&pod.status).unwrap_or_default();
+        let job = pod.job().map(|job| job_key(pod.metadata.namespace.as_deref().unwrap_or_default(), job));
+        Seen { fingerprint: hash(&(metadata, status)), metadata, step: step(pod), job }
+    }
+
+    /// Counted as running: looser than ready, so the report that makes a job's pods all ready
+    /// never waits (it finds them all running).
+    fn runs(&self) -> bool {
+        self.step >= Some(Step::Running)
+    }
+}
+
+fn step(pod: &PodView) -> Option<Step> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref();
+    let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let has = |type_: &str, value: &str| conditions.iter().any(|c| c.type_ == type_ && c.status == value);
+    match status.and_then(|s| s.phase.as_deref()) {
+        None | Some("Pending") if !has("PodScheduled", "False") => Some(Step::Pending),
+        Some("Running") if has("Ready", "True") => Some(Step::Ready),
+        Some("Running") => Some(Step::Running),
+        _ => None,
+    }
+}
+
+fn job_key(namespace: &str, job: &str) -> u64 {
+    hash(&(namespace, job))
 }
 
 fn hash<T: Hash + ?Sized>(value: &T) -> u64 {
@@ -51,48 +196,6 @@ fn hash<T: Hash + ?Sized>(value: &T) -> u64 {
     hasher.finish()
 }
 
-/// Everything of the kept view but its resourceVersion.
-fn fingerprint(pod: &PodView) -> u64 {
-    let mut meta = pod.metadata.clone();
-    meta.resource_version = None;
-    let json = serde_json::to_vec(&(meta, &pod.status)).unwrap_or_default();
-    hash(&(json, &pod.kept_labels, &pod.owner))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn pod(resource_version: &str, phase: &str) -> PodView {
-        let mut pod: PodView = serde_json::from_value(json!({
-            "metadata": {"name": "job-collector-0", "namespace": "ns", "uid": "u1",
-                         "resourceVersion": resource_version,
-                         "labels": {di_api::contract::labels::JOB_NAME: "job"}},
-            "status": {"phase": phase},
-        }))
-        .unwrap();
-        pod.slim();
-        pod
-    }
-
-    #[test]
-    fn only_a_changed_view_starts_a_pass() {
-        let mut changes = PodChanges::default();
-        assert!(changes.matter(&Event::Apply(pod("1", "Pending"))), "a new pod");
-        assert!(!changes.matter(&Event::Apply(pod("2", "Pending"))), "bound to a node: nothing a pass reads");
-        assert!(changes.matter(&Event::Apply(pod("3", "Running"))), "running");
-        assert!(changes.matter(&Event::Delete(pod("4", "Running"))), "gone");
-        assert!(changes.matter(&Event::Apply(pod("5", "Running"))), "a pod of that UID seen anew");
-    }
-
-    #[test]
-    fn a_relist_starts_afresh() {
-        let mut changes = PodChanges::default();
-        assert!(changes.matter(&Event::Apply(pod("1", "Running"))));
-        assert!(changes.matter(&Event::Init));
-        assert!(changes.matter(&Event::InitApply(pod("1", "Running"))));
-        assert!(changes.matter(&Event::InitDone));
-        assert!(!changes.matter(&Event::Apply(pod("2", "Running"))), "as the list showed it");
-    }
-}
+#[path = "triggers_tests.rs"]
+mod tests;
