@@ -1,6 +1,7 @@
 //! Carrying out a pass's actions against the API server. Every call is safe to repeat: a create
 //! that finds its object, or a delete that finds it gone, is success.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use di_api::DIJob;
@@ -91,9 +92,7 @@ struct Done {
 
 /// Every action but the replica identity's. What creates nothing goes first, one after another in
 /// the plan's order (a replacement's restart is counted on its Service before the replacement
-/// exists); then the Services, then the pods, each concurrently (`creates`). Services first: a
-/// task job's pods look their peers up through its headless Service from their first moment, so
-/// a refused Service leaves the pods to the pass after it.
+/// exists); then the creates, concurrently (`creates`, in the order of `in_order`).
 async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -162,31 +161,61 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
             }
         }
     }
-    create_all(ctx, job, &services, new_services, Kind::Service).await?;
-    let created = create_all(ctx, job, &pods, new_pods, Kind::Pod).await?;
+    let (first, then) = in_order(new_services, new_pods);
+    create_all(ctx, job, (&pods, &services), first).await?;
+    let created = create_all(ctx, job, (&pods, &services), then).await?;
     ctx.metrics.pods_created.inc_by(created.len() as u64);
     Ok(Done { created, deleted, replaced })
+}
+
+/// One create of a pass.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum New<'a> {
+    Service(&'a Service),
+    Pod(&'a Pod),
+}
+
+/// The creates that go first, and those that go after them. A Service that is no pod's own (a
+/// task job's headless Service) goes first: its pods look their peers up through it from their
+/// first moment, so one that is refused leaves them to the pass after it. A replica's own
+/// Service is asked for just before its pod and does not hold it up: nothing in the pod needs
+/// its Service to exist when it is created, and a big job's pods start coming up while the rest
+/// of its objects are still being created, as the limit's do.
+fn in_order<'a>(services: Vec<&'a Service>, pods: Vec<&'a Pod>) -> (Vec<New<'a>>, Vec<New<'a>>) {
+    let names: HashSet<String> = pods.iter().map(|p| p.name_any()).collect();
+    let (own, first): (Vec<&Service>, Vec<&Service>) =
+        services.into_iter().partition(|s| names.contains(&s.name_any()));
+    let mut own: HashMap<String, &Service> = own.into_iter().map(|s| (s.name_any(), s)).collect();
+    let then = pods.into_iter().flat_map(|pod| [own.remove(&pod.name_any()).map(New::Service), Some(New::Pod(pod))]);
+    (first.into_iter().map(New::Service).collect(), then.flatten().collect())
 }
 
 /// Warnings of their own for a pass's failed creates beyond the first (whose Warning is the
 /// pass's), at most: a quota that refuses a thousand pods is told by a few.
 const MORE_WARNINGS: usize = 4;
 
-/// Creates `objects` concurrently (`creates`); the names of those this call made (not found
-/// existing). Every create is tried; a failed one is told on the job by a Warning naming it, and
-/// the pass fails with the first failure, to run again after its backoff.
-async fn create_all<K>(
+/// Creates `objects` concurrently (`creates`), in their order; the names of the pods this call
+/// made (not found existing). Every create is tried; a failed one is told on the job by a Warning
+/// naming it, and the pass fails with the first failure, to run again after its backoff.
+async fn create_all(
     ctx: &Arc<Context>,
     job: &DIJob,
-    api: &Api<K>,
-    objects: Vec<&K>,
-    kind: Kind,
-) -> Result<Vec<String>, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
+    (pods, services): (&Api<Pod>, &Api<Service>),
+    objects: Vec<New<'_>>,
+) -> Result<Vec<String>, Error> {
     let uid = job.uid().unwrap_or_default();
-    let tasks: Vec<_> = objects.into_iter().map(|object| create_one(ctx, api, &uid, kind, object)).collect();
+    let tasks: Vec<_> = objects
+        .into_iter()
+        .map(|object| {
+            let uid = &uid;
+            async move {
+                match object {
+                    New::Service(service) => create_one(ctx, services, uid, Kind::Service, service).await.map(|_| None),
+                    New::Pod(pod) => create_one(ctx, pods, uid, Kind::Pod, pod).await,
+                }
+            }
+        })
+        .collect();
     let results = ctx.creates.run_all(tasks).await;
     let (mut made, mut failed) = (vec![], vec![]);
     for result in results {
@@ -317,5 +346,47 @@ where
         Some(found) if controller_uid(found.meta()) != Some(uid) => Err(Error::NameTaken { kind, name }),
         // Ours, or gone since: the next pass creates it again.
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn named<K: Resource + Default>(name: &str) -> K {
+        let mut object = K::default();
+        *object.meta_mut() = ObjectMeta { name: Some(name.into()), ..Default::default() };
+        object
+    }
+
+    #[test]
+    fn a_headless_service_goes_first_and_a_replicas_own_just_before_its_pod() {
+        let services: Vec<Service> = ["di-job", "job-collector-1", "job-collector-0"].map(named).into();
+        let pods: Vec<Pod> = ["job-collector-0", "job-collector-1", "job-collector-2"].map(named).into();
+        let (first, then) = in_order(services.iter().collect(), pods.iter().collect());
+        let names = |creates: &[New]| -> Vec<String> {
+            let name = |create: &New| match create {
+                New::Service(s) => format!("service {}", s.name_any()),
+                New::Pod(p) => format!("pod {}", p.name_any()),
+            };
+            creates.iter().map(name).collect()
+        };
+        assert_eq!(names(&first), ["service di-job"]);
+        assert_eq!(
+            names(&then),
+            [
+                "service job-collector-0",
+                "pod job-collector-0",
+                "service job-collector-1",
+                "pod job-collector-1",
+                "pod job-collector-2"
+            ]
+        );
+        // A replica's Service whose pod exists already is no pod's of this pass: it goes first.
+        let (first, then) = in_order(services.iter().collect(), vec![]);
+        assert_eq!(first.len(), 3);
+        assert!(then.is_empty());
     }
 }
