@@ -23,7 +23,7 @@ use crate::later::Later;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
-use crate::triggers::{PodChanges, Starting, Trigger};
+use crate::triggers::{PodChanges, ServiceChanges, Starting, Trigger};
 use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Options of the reconciler loop.
@@ -80,19 +80,7 @@ pub async fn run(
             let index = pod_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
-        .filter({
-            let (mut changes, later) = (PodChanges::new(starting.clone()), later.clone());
-            move |event| {
-                let Ok(e) = event else { return std::future::ready(true) };
-                let trigger = changes.trigger(e);
-                if let (Trigger::Later, Event::Apply(pod)) = (trigger, e) {
-                    later.wait(
-                        ObjectRef::new(pod.job().unwrap_or_default()).within(&pod.namespace().unwrap_or_default()),
-                    );
-                }
-                std::future::ready(trigger == Trigger::Now)
-            }
-        })
+        .filter(paced(PodChanges::new(starting.clone()), |c, e| c.trigger(e), later.clone()))
         .touched_objects();
     let (services, service_writer) = reflector::store();
     let service_stream = watcher(api::<ServiceView>(&client, namespace), selector)
@@ -103,6 +91,7 @@ pub async fn run(
             let index = service_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
+        .filter(paced(ServiceChanges::new(starting.clone()), |c, e| c.trigger(e), later.clone()))
         .touched_objects();
     // AggregatorConfigs are few and small: cached whole, from every namespace (a job may name
     // one in another, and the default lives in the orchestrator's).
@@ -199,8 +188,8 @@ pub async fn run(
     };
     controller
         .with_config(config)
-        .watches_stream(pod_stream, job_of)
-        .watches_stream(service_stream, job_of)
+        .watches_stream(pod_stream, |pod| job_of(&pod))
+        .watches_stream(service_stream, |service| job_of(&service))
         .watches_stream(config_stream, uses_config)
         .reconcile_on(due)
         .graceful_shutdown_on(shutdown)
@@ -261,8 +250,28 @@ fn jobs_using(jobs: &[Arc<JobView>], config: &AggregatorConfig, settings: &Setti
     jobs.iter().filter(|view| uses(view)).map(|view| ObjectRef::from_obj(view.as_ref())).collect()
 }
 
+/// A watch's filter of reports: what starts a pass at once goes on to the controller, what may
+/// wait goes to `later` (see `triggers`), the rest nowhere; errors go on, for the controller to
+/// log.
+fn paced<K: JobMember, C, E>(
+    mut changes: C,
+    trigger: impl Fn(&mut C, &Event<K>) -> Trigger,
+    later: Later,
+) -> impl FnMut(&Result<Event<K>, E>) -> std::future::Ready<bool> {
+    move |event| {
+        let Ok(event) = event else { return std::future::ready(true) };
+        let asked = trigger(&mut changes, event);
+        if let (Trigger::Later, Event::Apply(object)) = (asked, event)
+            && let Some(job) = job_of(object)
+        {
+            later.wait(job);
+        }
+        std::future::ready(asked == Trigger::Now)
+    }
+}
+
 /// The job an object belongs to, by its label: the trigger of a pass when the object changes.
-fn job_of<K: JobMember>(object: K) -> Option<ObjectRef<JobView>> {
+fn job_of<K: JobMember>(object: &K) -> Option<ObjectRef<JobView>> {
     Some(ObjectRef::new(object.job()?).within(&object.namespace()?))
 }
 
@@ -297,9 +306,9 @@ mod tests {
                                           "labels": {di_api::contract::labels::JOB_NAME: "job"}}});
         let pod: Pod = serde_json::from_value(labelled.clone()).unwrap();
         let service: Service = serde_json::from_value(labelled).unwrap();
-        assert_eq!(job_of(pod), Some(ObjectRef::new("job").within("ns")));
-        assert_eq!(job_of(service), Some(ObjectRef::new("job").within("ns")));
-        assert_eq!(job_of(Pod::default()), None);
+        assert_eq!(job_of(&pod), Some(ObjectRef::new("job").within("ns")));
+        assert_eq!(job_of(&service), Some(ObjectRef::new("job").within("ns")));
+        assert_eq!(job_of(&Pod::default()), None);
     }
 
     #[test]

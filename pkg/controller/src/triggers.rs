@@ -10,7 +10,8 @@
 //! job's progress, which its status shows at most once a period: its pass may wait (`later`).
 //! Everything else starts a pass at once: the pod that makes the job's running pods as many as
 //! it wants, a pod that failed, ended, goes or cannot be placed, any change of its metadata, a
-//! relist, and every report of a job no pass has said it is starting.
+//! relist, and every report of a job no pass has said it is starting. Services likewise
+//! (`ServiceChanges`).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -18,7 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use kube::runtime::watcher::Event;
 
-use crate::view::{JobMember, PodView};
+use kube::ResourceExt;
+
+use crate::view::{JobMember, PodView, ServiceView};
 
 /// What a pod report asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +145,60 @@ impl PodChanges {
     fn running_of(&self, job: u64) -> usize {
         self.running.get(&job).copied().unwrap_or(0)
     }
+}
+
+/// What each Service looked like when it last started a pass, by a hash of its UID. A Service
+/// that appears while its job is starting changes nothing a pass decides (the pass that created
+/// it counts it as there, see `created`), so its pass may wait; any other change of a Service (its
+/// restart marks, its going) starts one at once.
+#[derive(Default)]
+pub struct ServiceChanges {
+    seen: HashMap<u64, u64>,
+    starting: Starting,
+}
+
+impl ServiceChanges {
+    pub fn new(starting: Starting) -> ServiceChanges {
+        ServiceChanges { starting, ..ServiceChanges::default() }
+    }
+
+    pub fn trigger(&mut self, event: &Event<ServiceView>) -> Trigger {
+        match event {
+            Event::Apply(service) => {
+                let fingerprint = service_fingerprint(service);
+                match self.seen.insert(hash(&service.metadata.uid), fingerprint) {
+                    Some(before) if before == fingerprint => Trigger::None,
+                    Some(_) => Trigger::Now,
+                    None => {
+                        let job = service.job().map(|job| job_key(&service.namespace().unwrap_or_default(), job));
+                        match job.and_then(|job| self.starting.wants(job)) {
+                            Some(_) => Trigger::Later,
+                            None => Trigger::Now,
+                        }
+                    }
+                }
+            }
+            Event::InitApply(service) => {
+                self.seen.insert(hash(&service.metadata.uid), service_fingerprint(service));
+                Trigger::Now
+            }
+            Event::Delete(service) => {
+                self.seen.remove(&hash(&service.metadata.uid));
+                Trigger::Now
+            }
+            Event::Init => {
+                self.seen.clear();
+                Trigger::Now
+            }
+            Event::InitDone => Trigger::Now,
+        }
+    }
+}
+
+fn service_fingerprint(service: &ServiceView) -> u64 {
+    let mut meta = service.metadata.clone();
+    meta.resource_version = None;
+    hash(&(serde_json::to_vec(&meta).unwrap_or_default(), &service.job, &service.owner))
 }
 
 /// Only its way up moved: a new pod on its way up, or one whose metadata is as it was and that

@@ -103,3 +103,28 @@ fn running_pods_are_counted_through_every_change() {
     assert_eq!(apply(&mut changes, 2, "1", json!({"phase": "Pending"})), Trigger::Later);
     assert_eq!(apply(&mut changes, 2, "2", ready()), Trigger::Now, "two of two");
 }
+
+fn service(job: &str, n: usize, resource_version: &str, annotations: Value) -> ServiceView {
+    let mut service: ServiceView = serde_json::from_value(json!({
+        "metadata": {"name": format!("{job}-collector-{n}"), "namespace": "ns", "uid": format!("{job}-s{n}"),
+                     "resourceVersion": resource_version, "annotations": annotations,
+                     "labels": {di_api::contract::labels::JOB_NAME: job}},
+    }))
+    .unwrap();
+    service.slim();
+    service
+}
+
+#[test]
+fn a_service_that_appears_while_its_job_starts_waits() {
+    let starting = Starting::default();
+    let mut changes = ServiceChanges::new(starting.clone());
+    assert_eq!(changes.trigger(&Event::Apply(service("job", 0, "1", json!({})))), Trigger::Now, "not starting");
+    starting.set("ns", "job", Some(3));
+    assert_eq!(changes.trigger(&Event::Apply(service("job", 1, "1", json!({})))), Trigger::Later, "appears");
+    assert_eq!(changes.trigger(&Event::Apply(service("job", 1, "2", json!({})))), Trigger::None, "unchanged");
+    let marked = json!({di_api::contract::annotations::RESTARTS: "1"});
+    assert_eq!(changes.trigger(&Event::Apply(service("job", 1, "3", marked))), Trigger::Now, "a restart mark");
+    assert_eq!(changes.trigger(&Event::Delete(service("job", 1, "4", json!({})))), Trigger::Now, "gone");
+    assert_eq!(changes.trigger(&Event::Apply(service("other", 0, "1", json!({})))), Trigger::Now, "another job");
+}
