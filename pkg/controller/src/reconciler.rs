@@ -23,7 +23,7 @@ use crate::later::Later;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::pass;
-use crate::triggers::{PodChanges, ServiceChanges, Starting, Trigger};
+use crate::triggers::{Changes, PodChanges, ServiceChanges, Starting, Trigger};
 use crate::view::{JobMember, JobView, PodView, ServiceView};
 
 /// Options of the reconciler loop.
@@ -80,7 +80,7 @@ pub async fn run(
             let index = pod_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
-        .filter(paced(PodChanges::new(starting.clone()), |c, e| c.trigger(e), later.clone()))
+        .filter(paced(PodChanges::new(starting.clone()), later.clone()))
         .touched_objects();
     let (services, service_writer) = reflector::store();
     let service_stream = watcher(api::<ServiceView>(&client, namespace), selector)
@@ -91,7 +91,7 @@ pub async fn run(
             let index = service_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
-        .filter(paced(ServiceChanges::new(starting.clone()), |c, e| c.trigger(e), later.clone()))
+        .filter(paced(ServiceChanges::new(starting.clone()), later.clone()))
         .touched_objects();
     // AggregatorConfigs are few and small: cached whole, from every namespace (a job may name
     // one in another, and the default lives in the orchestrator's).
@@ -253,14 +253,13 @@ fn jobs_using(jobs: &[Arc<JobView>], config: &AggregatorConfig, settings: &Setti
 /// A watch's filter of reports: what starts a pass at once goes on to the controller, what may
 /// wait goes to `later` (see `triggers`), the rest nowhere; errors go on, for the controller to
 /// log.
-fn paced<K: JobMember, C, E>(
-    mut changes: C,
-    trigger: impl Fn(&mut C, &Event<K>) -> Trigger,
+fn paced<K: JobMember, E>(
+    mut changes: impl Changes<K>,
     later: Later,
 ) -> impl FnMut(&Result<Event<K>, E>) -> std::future::Ready<bool> {
     move |event| {
         let Ok(event) = event else { return std::future::ready(true) };
-        let asked = trigger(&mut changes, event);
+        let asked = changes.trigger(event);
         if let (Trigger::Later, Event::Apply(object)) = (asked, event)
             && let Some(job) = job_of(object)
         {

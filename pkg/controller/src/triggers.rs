@@ -34,6 +34,11 @@ pub enum Trigger {
     Later,
 }
 
+/// A watch's record of what it reported last: what each report asks for.
+pub trait Changes<K> {
+    fn trigger(&mut self, event: &Event<K>) -> Trigger;
+}
+
 /// The starting jobs and how many running pods each wants, by a hash of namespace and name:
 /// written by each pass, read for each report.
 #[derive(Clone, Default)]
@@ -64,7 +69,7 @@ pub struct PodChanges {
     starting: Starting,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Seen {
     /// Everything of the kept view but its resourceVersion.
     fingerprint: u64,
@@ -87,9 +92,11 @@ impl PodChanges {
     pub fn new(starting: Starting) -> PodChanges {
         PodChanges { starting, ..PodChanges::default() }
     }
+}
 
-    /// What `event` asks for. A pod that goes, and every (re)list, always starts a pass.
-    pub fn trigger(&mut self, event: &Event<PodView>) -> Trigger {
+impl Changes<PodView> for PodChanges {
+    /// A pod that goes, and every (re)list, always starts a pass.
+    fn trigger(&mut self, event: &Event<PodView>) -> Trigger {
         match event {
             Event::Apply(pod) => {
                 let (key, seen) = (hash(&pod.metadata.uid), Seen::of(pod));
@@ -120,7 +127,9 @@ impl PodChanges {
             Event::InitDone => Trigger::Now,
         }
     }
+}
 
+impl PodChanges {
     /// Keeps `now` as the pod's last view (or forgets the pod), counting its job's running pods;
     /// the view before.
     fn record(&mut self, key: u64, now: Option<Seen>) -> Option<Seen> {
@@ -161,8 +170,10 @@ impl ServiceChanges {
     pub fn new(starting: Starting) -> ServiceChanges {
         ServiceChanges { starting, ..ServiceChanges::default() }
     }
+}
 
-    pub fn trigger(&mut self, event: &Event<ServiceView>) -> Trigger {
+impl Changes<ServiceView> for ServiceChanges {
+    fn trigger(&mut self, event: &Event<ServiceView>) -> Trigger {
         match event {
             Event::Apply(service) => {
                 let fingerprint = service_fingerprint(service);
