@@ -15,7 +15,7 @@ use di_controller::desired::Settings;
 use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
-use di_controller::timing::timed_client;
+use di_controller::timing::{Timing, timed_client};
 use tracing::info;
 
 mod args;
@@ -61,7 +61,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let election = args.leader_elect.then(|| leader_config(&args)).transpose()?;
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
-    let client = timed_client(kube_config.clone(), metrics.clone())?;
+    let client = di_controller::client::client(&kube_config, Timing::new(metrics.clone()))?;
     di_controller::support::require(&client).await?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };
