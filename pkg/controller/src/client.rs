@@ -38,7 +38,10 @@ pub fn client(config: &kube::Config, timing: Timing) -> Result<kube::Client, kub
         hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config.rustls_client_config()?).https_or_http();
     let tls = match &config.tls_server_name {
         Some(name) => {
-            let name = name.clone().try_into().map_err(|e| tls_error(format!("tls-server-name {name:?}: {e}")))?;
+            let name = name
+                .clone()
+                .try_into()
+                .map_err(|e| kube::Error::Service(format!("tls-server-name {name:?}: {e}").into()))?;
             tls.with_server_name_resolver(FixedServerNameResolver::new(name))
         }
         None => tls,
@@ -63,8 +66,4 @@ pub fn client(config: &kube::Config, timing: Timing) -> Result<kube::Client, kub
         .map_err(BoxError::from)
         .service(http);
     Ok(kube::Client::new(service, config.default_namespace.clone()))
-}
-
-fn tls_error(message: String) -> kube::Error {
-    kube::Error::Service(message.into())
 }
