@@ -30,7 +30,7 @@ use di_e2e::nodes::{Binding, SimulatedNodes};
 
 use harness::Bench;
 use limit::Limit;
-use process::{cpu_seconds, rss_mib};
+use process::{anon_rss_mib, cpu_seconds, rss_mib};
 
 pub struct Row {
     pub figure: String,
@@ -147,11 +147,12 @@ async fn measure(
     let _base_nodes = SimulatedNodes::start_with(client.clone(), &base_ns, Binding::Themselves);
     let (orchestrator, bench, _nodes) = Bench::start(plane, &cluster, "bench-jobs", "", &base_ns, &[]).await?;
     let idle_rss = rss_mib(bench.pid)?;
+    let idle_anon = anon_rss_mib(bench.pid)?;
     let idle_cpu = cpu_seconds(bench.pid)?;
     let mut report = ClusterReport {
         rows: vec![Row {
             figure: "orchestrator RSS, no jobs".into(),
-            value: format!("{idle_rss:.1} MiB"),
+            value: format!("{idle_rss:.1} MiB ({idle_anon:.1} MiB anonymous, the rest its code's pages)"),
             baseline: "-".into(),
             ratio: None,
             goal: "< 15 MiB".into(),

@@ -7,6 +7,12 @@ pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     status_mib(pid, "VmRSS")
 }
 
+/// The part of `pid`'s resident memory that is anonymous (heap, stacks), in MiB; the rest is
+/// pages of files (its binary, its libraries), clean and shared with the page cache.
+pub fn anon_rss_mib(pid: u32) -> anyhow::Result<f64> {
+    status_mib(pid, "RssAnon")
+}
+
 /// The most resident memory `pid` has had, in MiB.
 pub fn peak_rss_mib(pid: u32) -> anyhow::Result<f64> {
     status_mib(pid, "VmHWM")
