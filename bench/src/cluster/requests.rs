@@ -2,7 +2,7 @@
 //! against the least a job can cost, and where the orchestrator waited on the API server (every
 //! request is timed by verb and resource, see `di_controller::timing`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{RequestTime, Row};
 
@@ -47,6 +47,30 @@ impl Scrape {
                 && ["dijobs", "pods", "services"].iter().any(|r| labels.contains(&format!(r#"resource="{r}""#)))
         };
         self.0.iter().filter(|(k, _)| k.starts_with("apiserver_request_total{") && read(k)).map(|(_, v)| v).sum()
+    }
+
+    /// From the API server's own metrics: the requests it served, from any client, by verb and
+    /// resource (`POST pods`, `PATCH dijobs/status`); watches are counted only when they end.
+    pub fn served(&self) -> BTreeMap<String, f64> {
+        let mut served = BTreeMap::new();
+        for (series, count) in &self.0 {
+            let Some(labels) = series.strip_prefix("apiserver_request_total{") else { continue };
+            let value = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                    .map(|v| v.trim_end_matches(['"', '}']))
+            };
+            let (Some(verb), Some(resource)) = (value("verb"), value("resource")) else { continue };
+            // A request for no resource (`/openapi/v3`) has its path as the subresource.
+            let kind = match (resource, value("subresource").unwrap_or_default()) {
+                (resource, "") => format!("{verb} {resource}"),
+                ("", path) => format!("{verb} {path}"),
+                (resource, sub) => format!("{verb} {resource}/{sub}"),
+            };
+            *served.entry(kind).or_default() += count;
+        }
+        served
     }
 
     /// Sum of the series whose name and labels start with `prefix`.
@@ -121,6 +145,26 @@ pub fn per_job(spent: &Scrape, scenario: &str, jobs: f64, n: usize) -> [Row; 3] 
     ]
 }
 
+/// The kinds of request (verb and resource) the API server served a different number of times a
+/// job for the two sides, the largest difference first: where its extra work for the orchestrator
+/// went. Watches are left out (counted only when they end), and lists: the bench's own check of
+/// the orchestrator's objects lists them.
+pub fn served_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
+    let (ours, base) = (ours.served(), base.served());
+    let kinds: BTreeSet<&String> = ours.keys().chain(base.keys()).collect();
+    let mut kinds: Vec<(&String, f64, f64)> = kinds
+        .into_iter()
+        .filter(|kind| !kind.starts_with("WATCH") && !kind.starts_with("LIST"))
+        .map(|kind| (kind, ours.get(kind).unwrap_or(&0.0) / jobs, base.get(kind).unwrap_or(&0.0) / jobs))
+        .filter(|(_, a, b)| (a - b).abs() >= 0.05)
+        .collect();
+    kinds.sort_by(|x, y| (y.1 - y.2).abs().total_cmp(&(x.1 - x.2).abs()));
+    if kinds.is_empty() {
+        return "none".into();
+    }
+    kinds.iter().map(|(kind, a, b)| format!("{kind} {a:.2} against {b:.2}")).collect::<Vec<_>>().join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +196,33 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="leases",scope="resource",subresource="",verb="GET",version="v1"} 13
 "#;
         assert_eq!(Scrape::parse(text).reads_of_job_objects(), 10.0);
+    }
+
+    #[test]
+    fn sums_the_api_servers_requests_by_verb_and_resource() {
+        let text = r#"apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="diengine.opendilab.org",resource="dijobs",scope="resource",subresource="status",verb="APPLY",version="v2alpha1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="",scope="",subresource="/openapi/v3",verb="GET",version=""} 1
+apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 9
+"#;
+        let served: Vec<(String, f64)> = Scrape::parse(text).served().into_iter().collect();
+        let expected = [("APPLY dijobs/status", 3.0), ("GET /openapi/v3", 1.0), ("POST pods", 9.0)];
+        assert_eq!(served, expected.map(|(k, v)| (k.to_owned(), v)));
+    }
+
+    #[test]
+    fn names_the_requests_a_job_cost_one_side_more() {
+        let side = |pods: f64, events: f64, watches: f64| {
+            Scrape::parse(&format!(
+                "apiserver_request_total{{resource=\"pods\",subresource=\"\",verb=\"POST\"}} {pods}\n\
+                 apiserver_request_total{{resource=\"events\",subresource=\"\",verb=\"POST\"}} {events}\n\
+                 apiserver_request_total{{resource=\"pods\",subresource=\"\",verb=\"WATCH\"}} {watches}\n"
+            ))
+        };
+        let (ours, base) = (side(110.0, 20.0, 9.0), side(110.0, 0.0, 1.0));
+        assert_eq!(served_differences(&ours, &base, 10.0), "POST events 2.00 against 0.00");
+        assert_eq!(served_differences(&base, &base, 10.0), "none");
     }
 
     #[test]
