@@ -41,12 +41,8 @@ impl Scrape {
     /// only before it makes a coordinator again, which these runs never need), so these are
     /// other controllers' checks, the garbage collector's above all.
     pub fn reads_of_job_objects(&self) -> f64 {
-        let read = |labels: &str| {
-            labels.contains(r#"verb="GET""#)
-                && labels.contains(r#"subresource="""#)
-                && ["dijobs", "pods", "services"].iter().any(|r| labels.contains(&format!(r#"resource="{r}""#)))
-        };
-        self.0.iter().filter(|(k, _)| k.starts_with("apiserver_request_total{") && read(k)).map(|(_, v)| v).sum()
+        let served = self.served();
+        ["GET dijobs", "GET pods", "GET services"].iter().filter_map(|kind| served.get(*kind)).sum()
     }
 
     /// From the API server's own metrics: the requests it served, from any client, by verb and
@@ -55,15 +51,9 @@ impl Scrape {
         let mut served = BTreeMap::new();
         for (series, count) in &self.0 {
             let Some(labels) = series.strip_prefix("apiserver_request_total{") else { continue };
-            let value = |name: &str| {
-                labels
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                    .map(|v| v.trim_end_matches(['"', '}']))
-            };
-            let (Some(verb), Some(resource)) = (value("verb"), value("resource")) else { continue };
+            let (Some(verb), Some(resource)) = (label(labels, "verb"), label(labels, "resource")) else { continue };
             // A request for no resource (`/openapi/v3`) has its path as the subresource.
-            let kind = match (resource, value("subresource").unwrap_or_default()) {
+            let kind = match (resource, label(labels, "subresource").unwrap_or_default()) {
                 (resource, "") => format!("{verb} {resource}"),
                 ("", path) => format!("{verb} {path}"),
                 (resource, sub) => format!("{verb} {resource}/{sub}"),
@@ -88,9 +78,7 @@ impl Scrape {
             .filter_map(|(k, seconds)| {
                 let labels = k.strip_prefix(SUM)?.trim_end_matches('}');
                 let count = *self.0.get(&format!("{COUNT}{labels}}}"))?;
-                let value = |name: &str| labels.split(',').find_map(|kv| kv.strip_prefix(&format!("{name}=\"")));
-                let request =
-                    format!("{} {}", value("verb")?.trim_end_matches('"'), value("resource")?.trim_end_matches('"'));
+                let request = format!("{} {}", label(labels, "verb")?, label(labels, "resource")?);
                 Some(RequestTime { request, count, seconds: *seconds })
             })
             .filter(|t| t.count > 0.0)
@@ -98,6 +86,12 @@ impl Scrape {
         times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
         times
     }
+}
+
+/// The value of the label `name` in a series' labels (`verb="GET",resource="pods"`, with or
+/// without the closing brace).
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    labels.split(',').find_map(|kv| kv.strip_prefix(name)?.strip_prefix("=\"")).map(|v| v.trim_end_matches(['"', '}']))
 }
 
 /// What `jobs` jobs of `n` collectors cost in `spent`, per job: API requests against the least a
