@@ -11,6 +11,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use clap::Parser;
+use di_controller::client::Http;
 use di_controller::desired::Settings;
 use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
@@ -61,7 +62,8 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let election = args.leader_elect.then(|| leader_config(&args)).transpose()?;
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
-    let client = di_controller::client::client(&kube_config, Timing::new(metrics.clone()))?;
+    let http = if args.api_http2 { Http::V2 } else { Http::V1 };
+    let client = di_controller::client::client(&kube_config, http, Timing::new(metrics.clone()))?;
     di_controller::support::require(&client).await?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };

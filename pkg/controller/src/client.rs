@@ -1,16 +1,19 @@
 //! The orchestrator's client of the API server: kube's own stack (base URI, credentials, extra
 //! headers, retries of 429, 503 and 504, the kubeconfig's timeouts and TLS server name), over
-//! HTTP/2 where the server offers it, as client-go's clients are. kube's builder speaks HTTP/1.1
-//! only, one request per connection at a time: a thousand jobs starting together, with up to
-//! `--creates-in-flight` creates at once, opened some 300 connections, each with its TLS handshake
-//! and about 40 KiB of buffers (12 MiB of the orchestrator's 66 MiB with 10,000 pods). Keeping
-//! fewer of them idle afterwards did not help: the heap keeps its peak. HTTP/2 carries every
-//! request and watch as a stream of one connection. kube-apiserver grants a connection 100
-//! streams unless its `--http2-max-streams-per-connection` says more; requests past that wait
-//! here for a stream (raising the server's 100 to 1,000 changed no time in `make bench`). Pings
-//! every 30 s find a connection that died quietly, since no read timeout can (watches are quiet
-//! for minutes). Not carried over from kube's builder: the expiry of an exec plugin's client
-//! certificate (kube keeps that to itself); the orchestrator runs on a service account's token.
+//! HTTP/1.1 by default, or HTTP/2 where the server offers it and `--api-http2` asks for it.
+//!
+//! HTTP/1.1 carries one request per connection at a time, so the creates in flight open as many
+//! connections, each with its TLS handshake and about 40 KiB of buffers: with 256 creates in
+//! flight and a thousand running jobs that was 66.8 MiB of the goal's 64, hence the default of 64
+//! creates in flight. HTTP/2 carries every request and watch as a stream of one connection (53 MiB
+//! at 256), but kube-apiserver, on the same machine and saturated, spent about 0.4 s more CPU
+//! serving a hundred jobs starting over one HTTP/2 connection than over HTTP/1.1 connections, and
+//! the jobs took that much longer to run (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
+//! grants an HTTP/2 connection 100 streams unless its `--http2-max-streams-per-connection` says
+//! more; requests past that wait here for a stream. Pings every 30 s find an HTTP/2 connection
+//! that died quietly, since no read timeout can (watches are quiet for minutes). Not carried over
+//! from kube's builder: the expiry of an exec plugin's client certificate (kube keeps that to
+//! itself); the orchestrator runs on a service account's token.
 
 use std::time::Duration;
 
@@ -29,12 +32,20 @@ use crate::timing::Timing;
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(15);
 
-/// A client for `config`, over HTTP/2 where the API server offers it (HTTP/1.1 where it does not),
-/// every request timed by `timing`.
-pub fn client(config: &kube::Config, timing: Timing) -> Result<kube::Client, kube::Error> {
+/// Which HTTP the client speaks to the API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Http {
+    /// HTTP/1.1 only: a connection per request in flight, kept for the next.
+    V1,
+    /// HTTP/2 where the API server offers it in TLS's ALPN, HTTP/1.1 where it does not.
+    V2,
+}
+
+/// A client for `config` speaking `version`, every request timed by `timing`.
+pub fn client(config: &kube::Config, version: Http, timing: Timing) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    // Many streams' frames share the connection: none may wait for the last one's ACK (Nagle).
+    // A request's frames (HTTP/2: many streams' frames) must not wait for the last one's ACK.
     http.set_nodelay(true);
     let tls =
         hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config.rustls_client_config()?).https_or_http();
@@ -48,7 +59,12 @@ pub fn client(config: &kube::Config, timing: Timing) -> Result<kube::Client, kub
         }
         None => tls,
     };
-    let mut connector = TimeoutConnector::new(tls.enable_http1().enable_http2().wrap_connector(http));
+    let tls = tls.enable_http1();
+    let connector = match version {
+        Http::V1 => tls.wrap_connector(http),
+        Http::V2 => tls.enable_http2().wrap_connector(http),
+    };
+    let mut connector = TimeoutConnector::new(connector);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);

@@ -1,11 +1,12 @@
-//! The reconciler's client against a TLS server on loopback: where the server offers HTTP/2, many
-//! requests at once share one connection; where it does not, they go over HTTP/1.1 as before.
+//! The reconciler's client against a TLS server on loopback: over HTTP/1.1 by default, even where
+//! the server offers HTTP/2; asked for HTTP/2, many requests at once share one connection where the
+//! server offers it, and go over HTTP/1.1 where it does not.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use di_controller::client::client;
+use di_controller::client::{Http, client};
 use di_controller::metrics::Metrics;
 use di_controller::timing::Timing;
 use hyper::service::service_fn;
@@ -51,11 +52,11 @@ async fn server(alpn: &[&[u8]]) -> (String, Vec<u8>, Served) {
     (url, der, served)
 }
 
-/// Sends `requests` requests at once to `url`, trusting `cert`; each is answered.
-async fn ask(url: &str, cert: Vec<u8>, requests: usize) {
+/// Sends `requests` requests at once to `url` over `version`, trusting `cert`; each is answered.
+async fn ask(url: &str, cert: Vec<u8>, version: Http, requests: usize) {
     let mut config = kube::Config::new(url.parse().unwrap());
     config.root_cert = Some(vec![cert]);
-    let client = client(&config, Timing::new(Arc::new(Metrics::new()))).unwrap();
+    let client = client(&config, version, Timing::new(Arc::new(Metrics::new()))).unwrap();
     let asks = (0..requests).map(|_| client.request_text(http::Request::get("/healthz").body(Vec::new()).unwrap()));
     for answer in futures::future::join_all(asks).await {
         assert_eq!(answer.unwrap(), "ok");
@@ -65,7 +66,7 @@ async fn ask(url: &str, cert: Vec<u8>, requests: usize) {
 #[tokio::test]
 async fn requests_at_once_share_one_http2_connection_where_the_server_offers_it() {
     let (url, cert, served) = server(&[b"h2", b"http/1.1"]).await;
-    ask(&url, cert, 50).await;
+    ask(&url, cert, Http::V2, 50).await;
     let served = served.lock().unwrap();
     // Connections opened while the first was negotiating are dropped unused: one carries all.
     assert_eq!(served.len(), 1, "requests served on {} connections", served.len());
@@ -75,10 +76,22 @@ async fn requests_at_once_share_one_http2_connection_where_the_server_offers_it(
 }
 
 #[tokio::test]
-async fn a_server_without_http2_is_asked_over_http1() {
+async fn asked_for_http2_a_server_without_it_is_asked_over_http1() {
     let (url, cert, served) = server(&[b"http/1.1"]).await;
-    ask(&url, cert, 5).await;
+    ask(&url, cert, Http::V2, 5).await;
     let versions: Vec<_> = served.lock().unwrap().values().flatten().copied().collect();
     assert_eq!(versions.len(), 5);
     assert!(versions.iter().all(|v| *v == http::Version::HTTP_11), "{versions:?}");
+}
+
+#[tokio::test]
+async fn over_http1_requests_at_once_take_connections_of_their_own_though_http2_is_offered() {
+    let (url, cert, served) = server(&[b"h2", b"http/1.1"]).await;
+    ask(&url, cert, Http::V1, 20).await;
+    let served = served.lock().unwrap();
+    let versions: Vec<_> = served.values().flatten().copied().collect();
+    assert_eq!(versions.len(), 20);
+    assert!(versions.iter().all(|v| *v == http::Version::HTTP_11), "{versions:?}");
+    // Twenty at once cannot share one HTTP/1.1 connection.
+    assert!(served.len() > 1, "requests served on {} connection", served.len());
 }
