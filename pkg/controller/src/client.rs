@@ -3,9 +3,9 @@
 //! HTTP/1.1 by default, or HTTP/2 where the server offers it and `--api-http2` asks for it.
 //!
 //! HTTP/1.1 carries one request per connection at a time, so the creates in flight open as many
-//! connections, each with its TLS handshake and about 40 KiB of buffers: with 256 creates in
-//! flight and a thousand running jobs that was 66.8 MiB of the goal's 64, hence the default of 64
-//! creates in flight. HTTP/2 carries every request and watch as a stream of one connection (53 MiB
+//! connections, each with its TLS handshake and buffers: with a thousand running jobs, 67.3 MiB at
+//! 256 creates in flight against 57.2 MiB at 64 (about 50 KiB a connection; the goal is 64 MiB),
+//! hence the default of 64. HTTP/2 carries every request and watch as a stream of one connection (53 MiB
 //! at 256), but kube-apiserver, on the same machine and saturated, spent about 0.4 s more CPU
 //! serving a hundred jobs starting over one HTTP/2 connection than over HTTP/1.1 connections, and
 //! the jobs took that much longer to run (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
