@@ -159,19 +159,20 @@ impl ServerCost {
             goal: "-".into(),
             met: None,
         };
+        let reads = self.served.reads_of_job_objects() / jobs;
         vec![
             compared("all runs, until each was seen running", self.until_running, base.until_running),
             compared("all runs, until the cluster was quiet again", self.all, base.all),
             Row {
                 figure: format!("API server reads of DIJobs, pods and Services per job, {scenario}"),
-                value: format!("{:.1}", self.served.reads_of_job_objects() / jobs),
+                value: format!("{reads:.1}"),
                 baseline: format!("{:.1} (plain client)", base.served.reads_of_job_objects() / jobs),
                 ratio: None,
                 // The garbage collector reads a job back once when it sees the job's pods before
                 // the job; while references named another version than the one it watches, it
                 // read every pod and Service and their job back: 44 reads a 10-collector job.
                 goal: "< 2 per job".into(),
-                met: Some(self.served.reads_of_job_objects() / jobs < 2.0),
+                met: Some(reads < 2.0),
             },
             Row::plain(
                 format!("API server requests per job where the sides differ, {scenario}, ours against the limit's"),
