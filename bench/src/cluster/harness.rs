@@ -55,6 +55,22 @@ pub async fn control_plane_with(options: Options) -> anyhow::Result<Option<Contr
     Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), &options).await?))
 }
 
+/// A client of the bench's own (the users', the simulated kubelets', the limit's) for the
+/// kubeconfig at `path`.
+pub async fn client(path: &std::path::Path) -> anyhow::Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    client_of(&kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
+}
+
+/// A client for `config` that sends at once, as the Go clients it stands in for do (kubectl,
+/// kubelets): kube's own builder leaves Nagle's algorithm on, and a request written in two pieces
+/// on a busy connection then waits up to 40 ms for the API server's delayed ACK, which held up
+/// the simulated kubelets on the orchestrator's side in about half its runs of one small job
+/// (`docs/PERFORMANCE.md`, "Nagle's algorithm"). The same stack as the orchestrator's, untimed.
+pub fn client_of(config: &kube::Config) -> anyhow::Result<Client> {
+    Ok(di_controller::client::client(config, di_controller::client::Http::V1, None)?)
+}
+
 /// One orchestrator under test, and what a figure needs to measure it.
 pub struct Bench {
     pub client: Client,
@@ -107,7 +123,7 @@ impl Bench {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
         let bench = Bench {
             client: cluster.client.clone(),
-            base_client: Client::try_from(config)?,
+            base_client: client_of(&config)?,
             jobs_ns,
             base_ns: base_ns.to_owned(),
             probe: format!("http://127.0.0.1:{port}"),

@@ -9,7 +9,6 @@
 use std::time::Duration;
 
 use di_e2e::cluster::TestCluster;
-use di_e2e::controlplane::admin_client;
 use di_e2e::delay::DelayProxy;
 use di_e2e::nodes::{Binding, SimulatedNodes};
 
@@ -38,7 +37,7 @@ async fn on(
     let server: std::net::SocketAddr = plane.server.trim_start_matches("https://").parse()?;
     let api = DelayProxy::start(server, API).await?;
     let kubeconfig = through(&plane.kubeconfig, &format!("https://{}", api.addr))?;
-    let cluster = TestCluster { client: admin_client(&kubeconfig).await?, kubeconfig };
+    let cluster = TestCluster { client: harness::client(&kubeconfig).await?, kubeconfig };
     cluster.install_crds().await;
     let base_ns = cluster.namespace("latency-baseline").await;
     let _base_nodes = SimulatedNodes::start_with(cluster.client.clone(), &base_ns, Binding::Themselves);

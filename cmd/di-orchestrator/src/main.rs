@@ -63,7 +63,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let kube_config = kube::Config::infer().await.context("finding the API server (kubeconfig or in-cluster)")?;
     let http = if args.api_http2 { Http::V2 } else { Http::V1 };
-    let client = di_controller::client::client(&kube_config, http, Timing::new(metrics.clone()))?;
+    let client = di_controller::client::client(&kube_config, http, Some(Timing::new(metrics.clone())))?;
     di_controller::support::require(&client).await?;
     let ready = Arc::new(AtomicBool::new(false));
     let probes = Probes { metrics: metrics.clone(), ready: ready.clone() };

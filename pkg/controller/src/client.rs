@@ -41,8 +41,11 @@ pub enum Http {
     V2,
 }
 
-/// A client for `config` speaking `version`, every request timed by `timing`.
-pub fn client(config: &kube::Config, version: Http, timing: Timing) -> Result<kube::Client, kube::Error> {
+/// A client for `config` speaking `version`, every request timed by `timing` when given. Its
+/// sockets send at once (`TCP_NODELAY`), as Go's clients' do: kube's own builder leaves Nagle's
+/// algorithm on, under which a request written in two pieces on a busy connection can wait up to
+/// 40 ms for the API server's delayed ACK (`docs/PERFORMANCE.md`, "Nagle's algorithm").
+pub fn client(config: &kube::Config, version: Http, timing: Option<Timing>) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     // A request's frames (HTTP/2: many streams' frames) must not wait for the last one's ACK.
@@ -76,7 +79,7 @@ pub fn client(config: &kube::Config, version: Http, timing: Timing) -> Result<ku
         .http2_keep_alive_timeout(PING_ANSWERED_WITHIN)
         .build(connector);
     let service = ServiceBuilder::new()
-        .layer(timing)
+        .option_layer(timing)
         .layer(config.base_uri_layer())
         .option_layer(config.default_retry.then(|| RetryLayer::new(RetryPolicy::server_retry())))
         .option_layer(config.auth_layer()?)

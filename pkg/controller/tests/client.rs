@@ -56,7 +56,7 @@ async fn server(alpn: &[&[u8]]) -> (String, Vec<u8>, Served) {
 async fn ask(url: &str, cert: Vec<u8>, version: Http, requests: usize) {
     let mut config = kube::Config::new(url.parse().unwrap());
     config.root_cert = Some(vec![cert]);
-    let client = client(&config, version, Timing::new(Arc::new(Metrics::new()))).unwrap();
+    let client = client(&config, version, Some(Timing::new(Arc::new(Metrics::new())))).unwrap();
     let asks = (0..requests).map(|_| client.request_text(http::Request::get("/healthz").body(Vec::new()).unwrap()));
     for answer in futures::future::join_all(asks).await {
         assert_eq!(answer.unwrap(), "ok");
