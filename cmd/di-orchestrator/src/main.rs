@@ -16,7 +16,7 @@ use di_controller::desired::Settings;
 use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
-use di_controller::timing::{Timing, timed_client};
+use di_controller::timing::Timing;
 use tracing::info;
 
 mod args;
@@ -153,7 +153,13 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     match election {
         None => run.await,
         Some(config) => {
-            let lease_client = timed_client(config.client_config(kube_config), metrics)?;
+            // On connections apart from the reconciler's (a renewal never queues behind its
+            // traffic), with the election's timeouts.
+            let lease_client = di_controller::client::client(
+                &config.client_config(kube_config),
+                Http::V1,
+                Some(Timing::new(metrics)),
+            )?;
             lead(lease_client, config, run, stopped).await?;
         }
     }
@@ -215,7 +221,10 @@ async fn lead(
 async fn replicas(args: ReplicasArgs, stopped: Stopped) -> anyhow::Result<()> {
     use di_replicas::scale::Scope;
     use di_replicas::server::{Endpoint, router};
-    let client = kube::Client::try_default().await.context("connecting to the API server")?;
+    let config = kube::Config::infer().await.context("finding the API server (in-cluster or kubeconfig)")?;
+    // Its requests go out at once (TCP_NODELAY): a scale request writes the DIJob and reads pods
+    // on kept connections, where Nagle's algorithm could hold each for a delayed ACK.
+    let client = di_controller::client::client(&config, Http::V1, None).context("connecting to the API server")?;
     let scope = Scope { namespace: args.namespace, job: args.job };
     let endpoint =
         Endpoint::new(client, scope.clone(), args.pod_ip, Duration::from_secs(args.wait_seconds), args.pod_uid);

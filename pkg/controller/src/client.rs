@@ -1,6 +1,8 @@
-//! The orchestrator's client of the API server: kube's own stack (base URI, credentials, extra
-//! headers, retries of 429, 503 and 504, the kubeconfig's timeouts and TLS server name), over
-//! HTTP/1.1 by default, or HTTP/2 where the server offers it and `--api-http2` asks for it.
+//! The orchestrator's client of the API server, for the reconciler, the Lease (a client of its
+//! own, on connections apart) and the replica endpoint: kube's own stack (base URI, credentials,
+//! extra headers, retries of 429, 503 and 504, the kubeconfig's timeouts and TLS server name),
+//! over HTTP/1.1 by default, or HTTP/2 where the server offers it and `--api-http2` asks for it,
+//! its sockets sending at once (`TCP_NODELAY`, which kube's own builder leaves off).
 //!
 //! HTTP/1.1 carries one request per connection at a time, so the creates in flight open as many
 //! connections, each with its TLS handshake and buffers: with a thousand running jobs, 67.3 MiB at

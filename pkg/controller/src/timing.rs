@@ -12,13 +12,6 @@ use tower::{Layer, Service};
 
 use crate::metrics::Metrics;
 
-/// A client for `config` on kube's own HTTP/1.1 stack, its every request through [`Timing`]: the
-/// Lease's, on connections apart from the reconciler's (a renewal never queues behind its
-/// traffic) and with the election's timeouts. The reconciler's is `client::client`.
-pub fn timed_client(config: kube::Config, metrics: Arc<Metrics>) -> Result<kube::Client, kube::Error> {
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&Timing::new(metrics)).build())
-}
-
 /// Wraps a client's HTTP service in [`Timed`].
 #[derive(Clone)]
 pub struct Timing {
