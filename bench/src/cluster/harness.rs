@@ -56,19 +56,13 @@ pub async fn control_plane_with(options: Options) -> anyhow::Result<Option<Contr
 }
 
 /// A client of the bench's own (the users', the simulated kubelets', the limit's) for the
-/// kubeconfig at `path`.
+/// kubeconfig at `path`, on the orchestrator's stack, untimed: it sends at once, as the Go clients
+/// it stands in for do (see `di_controller::client::client` and `docs/PERFORMANCE.md`, "Nagle's
+/// algorithm": kube's own builder held up the simulated kubelets by delayed ACKs).
 pub async fn client(path: &std::path::Path) -> anyhow::Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    client_of(&kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?)
-}
-
-/// A client for `config` that sends at once, as the Go clients it stands in for do (kubectl,
-/// kubelets): kube's own builder leaves Nagle's algorithm on, and a request written in two pieces
-/// on a busy connection then waits up to 40 ms for the API server's delayed ACK, which held up
-/// the simulated kubelets on the orchestrator's side in about half its runs of one small job
-/// (`docs/PERFORMANCE.md`, "Nagle's algorithm"). The same stack as the orchestrator's, untimed.
-pub fn client_of(config: &kube::Config) -> anyhow::Result<Client> {
-    Ok(di_controller::client::client(config, di_controller::client::Http::V1, None)?)
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(di_controller::client::client(&config, di_controller::client::Http::V1, None)?)
 }
 
 /// One orchestrator under test, and what a figure needs to measure it.
@@ -119,11 +113,9 @@ impl Bench {
         );
         args.extend(flags.iter().map(|f| f.to_string()));
         let orchestrator = LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &args).await;
-        let kubeconfig = kube::config::Kubeconfig::read_from(orchestrator.kubeconfig())?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
         let bench = Bench {
             client: cluster.client.clone(),
-            base_client: client_of(&config)?,
+            base_client: client(orchestrator.kubeconfig()).await?,
             jobs_ns,
             base_ns: base_ns.to_owned(),
             probe: format!("http://127.0.0.1:{port}"),
