@@ -83,6 +83,14 @@ impl Scenario {
         })
     }
 
+    /// Waits until the API server holds `pod` in `phase`: on real nodes a container's exit reaches
+    /// the API server in its own time, so a test that orders two exits waits for the first.
+    pub async fn wait_pod_phase(&self, pod: &str, phase: &str) {
+        let what = format!("pod {pod} to be {phase}");
+        let cond = move |p: Option<&Pod>| p.and_then(|p| p.status.as_ref()?.phase.as_deref()) == Some(phase);
+        Box::pin(within(WAIT, &what, await_condition(self.pods.clone(), pod, cond))).await.unwrap();
+    }
+
     /// Waits until the job's pods are exactly `names` (terminating ones left out), returning them.
     pub async fn wait_pods(&self, job: &str, names: &[String]) -> Vec<Pod> {
         wait_for_names(&self.pods, job, names, true).await

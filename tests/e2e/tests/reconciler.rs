@@ -97,6 +97,8 @@ async fn coordinator_success_finishes_the_job_and_cleans_up_running_pods() {
     s.wait_pods("done", &names("done", &["coordinator", "collector-0", "collector-1"])).await;
     s.wait_phase("done", Phase::Running).await;
     s.nodes.exit(&s.ns, "done-collector-1", 0).await;
+    // Known finished before the coordinator ends, or policy Running rightly deletes it as running.
+    s.wait_pod_phase("done-collector-1", "Succeeded").await;
     s.nodes.exit(&s.ns, "done-coordinator", 0).await;
     let job = s.wait_phase("done", Phase::Succeeded).await;
     // Policy Running: what still ran is deleted; the finished coordinator and collector stay for their logs.
