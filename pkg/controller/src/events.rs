@@ -3,7 +3,9 @@
 //! client-go's broadcaster does), at most `per_second` a second. Events inform and never gate: a
 //! hundred jobs starting at once would otherwise spend on events the API server time their pods'
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
-//! objects, for at most `pace::HOLD`; a Warning, what a user acts on, waits only for its turn. As
+//! objects, and then until its job is up (its pods bound and reported running, which is API
+//! server work too), for at most `pace::HOLD` in all; a Warning, what a user acts on, waits only
+//! for its turn. As
 //! client-go does, a sender too far behind (a full queue) drops new events rather than grow
 //! without bound, and says so.
 
@@ -15,6 +17,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::pace::{Bucket, Creates, HOLD};
+use crate::triggers::Starting;
 
 /// Events waiting to be sent, at most, of each type.
 const QUEUE: usize = 1000;
@@ -26,6 +29,15 @@ struct Queued {
     at: Instant,
 }
 
+impl Queued {
+    /// Resolves once no pass creates objects and the event's job is up.
+    async fn quiet(&self, creates: &Creates, starting: &Starting) {
+        creates.over().await;
+        let namespace = self.reference.namespace.as_deref().unwrap_or_default();
+        starting.settled(namespace, &self.job).await;
+    }
+}
+
 pub struct Events {
     normal: mpsc::Sender<Queued>,
     warnings: mpsc::Sender<Queued>,
@@ -35,7 +47,7 @@ pub struct Events {
 
 impl Events {
     /// Starts the sender (in the current tokio runtime); `waiting` counts what is queued.
-    pub fn start(recorder: Recorder, per_second: f64, creates: Creates, waiting: Gauge) -> Events {
+    pub fn start(recorder: Recorder, per_second: f64, creates: Creates, starting: Starting, waiting: Gauge) -> Events {
         let (normal, mut normal_waiting) = mpsc::channel::<Queued>(QUEUE);
         let (warnings, mut warnings_waiting) = mpsc::channel::<Queued>(QUEUE);
         let bucket = Bucket::new(per_second);
@@ -48,13 +60,15 @@ impl Events {
                     Some(warning) = warnings_waiting.recv() => warning,
                     Some(normal) = normal_waiting.recv() => {
                         // A warning queued meanwhile is not held up by this one's wait.
-                        let held = tokio::time::timeout_at(normal.at + HOLD, creates.over());
-                        tokio::pin!(held);
-                        loop {
-                            tokio::select! {
-                                biased;
-                                Some(warning) = warnings_waiting.recv() => sender.send(warning).await,
-                                _ = &mut held => break,
+                        {
+                            let held = tokio::time::timeout_at(normal.at + HOLD, normal.quiet(&creates, &starting));
+                            tokio::pin!(held);
+                            loop {
+                                tokio::select! {
+                                    biased;
+                                    Some(warning) = warnings_waiting.recv() => sender.send(warning).await,
+                                    _ = &mut held => break,
+                                }
                             }
                         }
                         normal
@@ -115,9 +129,18 @@ mod tests {
 
     /// A sender on the echoing fake, sharing `creates` and `waiting`; its log, and the job.
     fn started(creates: &Creates, waiting: &Gauge) -> (Events, di_testing::Log, ObjectReference) {
+        started_with(creates, &Starting::default(), waiting)
+    }
+
+    fn started_with(
+        creates: &Creates,
+        starting: &Starting,
+        waiting: &Gauge,
+    ) -> (Events, di_testing::Log, ObjectReference) {
         let (client, log) = di_testing::client(|_| None);
         let reporter = Reporter { controller: "test".into(), instance: None };
-        let events = Events::start(Recorder::new(client, reporter), 100.0, creates.clone(), waiting.clone());
+        let recorder = Recorder::new(client, reporter);
+        let events = Events::start(recorder, 100.0, creates.clone(), starting.clone(), waiting.clone());
         let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
         (events, log, job)
     }
@@ -147,6 +170,38 @@ mod tests {
         assert_eq!(sent(), ["CreatePod", "Created"]);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(waiting.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_normal_event_waits_until_its_job_is_up() {
+        let (creates, starting, waiting) = (Creates::default(), Starting::default(), Gauge::default());
+        let (events, log, job) = started_with(&creates, &starting, &waiting);
+        let sent = || log.calls().into_iter().filter(|c| c.path.contains("/events")).count();
+        starting.set("ns", "job", Some(3));
+        events.send(event(EventType::Normal, "Created"), job.clone(), "job");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(sent(), 0, "held while the job's pods come up");
+        starting.set("ns", "job", Some(3));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(sent(), 0, "still starting");
+        starting.set("ns", "job", None);
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while sent() < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("sent once the job is up");
+        // A job no pass has said is starting holds nothing.
+        let other = ObjectReference { name: Some("other".into()), ..job };
+        events.send(event(EventType::Normal, "Other"), other, "other");
+        tokio::time::timeout(Duration::from_secs(2), async {
+            while sent() < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("another job's event goes at once");
     }
 
     #[tokio::test(start_paused = true)]

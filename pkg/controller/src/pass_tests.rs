@@ -77,11 +77,13 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         service_index.apply(&event);
     }
     let pacer = Pacer::new(Duration::from_secs(1), 10.0);
+    let starting = crate::triggers::Starting::default();
     Arc::new(Context {
         events: crate::events::Events::start(
             Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: None }),
             10.0,
             pacer.creates.clone(),
+            starting.clone(),
             Default::default(),
         ),
         client,
@@ -100,7 +102,7 @@ fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service>, marks: A
         namespaces: Default::default(),
         creates: crate::creates::Limits::new(16, 64),
         kueue: None,
-        starting: Default::default(),
+        starting,
         later: crate::later::Later::new(Duration::from_secs(1)).0,
     })
 }

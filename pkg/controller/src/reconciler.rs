@@ -116,6 +116,7 @@ pub async fn run(
             recorder,
             options.events_per_second,
             pacer.creates.clone(),
+            starting.clone(),
             metrics.events_waiting.clone(),
         ),
         client: client.clone(),

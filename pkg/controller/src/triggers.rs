@@ -40,23 +40,52 @@ pub trait Changes<K> {
 }
 
 /// The starting jobs and how many running pods each wants, by a hash of namespace and name:
-/// written by each pass, read for each report.
-#[derive(Clone, Default)]
-pub struct Starting(Arc<Mutex<HashMap<u64, usize>>>);
+/// written by each pass, read for each report; and a signal each time a job starts or stops
+/// starting, for what waits until a job is up (its Normal events, see `events`).
+#[derive(Clone)]
+pub struct Starting {
+    jobs: Arc<Mutex<HashMap<u64, usize>>>,
+    changed: Arc<tokio::sync::watch::Sender<()>>,
+}
+
+impl Default for Starting {
+    fn default() -> Self {
+        Starting { jobs: Arc::default(), changed: Arc::new(tokio::sync::watch::Sender::new(())) }
+    }
+}
 
 impl Starting {
     /// `wants`: the pods the job waits for to run, or `None` once it waits for none (it runs,
     /// it ended, it is held), when every report of it starts a pass at once.
     pub fn set(&self, namespace: &str, job: &str, wants: Option<usize>) {
-        let mut jobs = self.0.lock().expect("the starting jobs' lock is never poisoned");
-        match wants {
-            Some(n) => jobs.insert(job_key(namespace, job), n),
-            None => jobs.remove(&job_key(namespace, job)),
+        let mut jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
+        // Whether the job was starting before, and is now.
+        let (before, now) = match wants {
+            Some(n) => (jobs.insert(job_key(namespace, job), n).is_some(), true),
+            None => (jobs.remove(&job_key(namespace, job)).is_some(), false),
         };
+        drop(jobs);
+        if before != now {
+            self.changed.send_replace(());
+        }
     }
 
     fn wants(&self, key: u64) -> Option<usize> {
-        self.0.lock().expect("the starting jobs' lock is never poisoned").get(&key).copied()
+        self.jobs.lock().expect("the starting jobs' lock is never poisoned").get(&key).copied()
+    }
+
+    /// Resolves once the job is not starting: it runs with every pod it wants, it ended, it is
+    /// held, or no pass has said it is starting.
+    pub async fn settled(&self, namespace: &str, job: &str) {
+        let key = job_key(namespace, job);
+        // Subscribed before the check, so a change in between is not missed.
+        let mut changes = self.changed.subscribe();
+        while self.wants(key).is_some() {
+            // The sender lives as long as `self`: the wait ends only by a change.
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 }
 
