@@ -52,7 +52,7 @@ pub async fn measure(limit: &mut Limit) -> anyhow::Result<()> {
 }
 
 async fn on(plane: &ControlPlane, limit: &mut Limit) -> anyhow::Result<()> {
-    let client = super::harness::client(&plane.kubeconfig).await?;
+    let client = plane.client().await?;
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
     cluster.install_crds().await;
     let most = SIZES.iter().map(|(m, w, _)| m * w).max().unwrap_or(0);

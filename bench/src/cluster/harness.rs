@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use di_api::{DIJob, Phase};
 use di_e2e::binaries::{self, Unavailable};
 use di_e2e::cluster::TestCluster;
-use di_e2e::controlplane::{ControlPlane, Options};
+use di_e2e::controlplane::{ControlPlane, Options, admin_client};
 use di_e2e::nodes::{Binding, SimulatedNodes};
 use di_e2e::orchestrator::LocalOrchestrator;
 use futures::StreamExt;
@@ -53,16 +53,6 @@ pub async fn control_plane_with(options: Options) -> anyhow::Result<Option<Contr
         }
     };
     Ok(Some(ControlPlane::start_with(&binaries, &root.join(".cache/controlplane/runs"), &options).await?))
-}
-
-/// A client of the bench's own (the users', the simulated kubelets', the limit's) for the
-/// kubeconfig at `path`, on the orchestrator's stack, untimed: it sends at once, as the Go clients
-/// it stands in for do (see `di_controller::client::client` and `docs/PERFORMANCE.md`, "Nagle's
-/// algorithm": kube's own builder held up the simulated kubelets by delayed ACKs).
-pub async fn client(path: &std::path::Path) -> anyhow::Result<Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    Ok(di_controller::client::client(&config, di_controller::client::Http::V1, None)?)
 }
 
 /// One orchestrator under test, and what a figure needs to measure it.
@@ -115,7 +105,7 @@ impl Bench {
         let orchestrator = LocalOrchestrator::start_with(cluster, &jobs_ns, instance, &args).await;
         let bench = Bench {
             client: cluster.client.clone(),
-            base_client: client(orchestrator.kubeconfig()).await?,
+            base_client: admin_client(orchestrator.kubeconfig()).await?,
             jobs_ns,
             base_ns: base_ns.to_owned(),
             probe: format!("http://127.0.0.1:{port}"),

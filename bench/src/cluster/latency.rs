@@ -37,7 +37,7 @@ async fn on(
     let server: std::net::SocketAddr = plane.server.trim_start_matches("https://").parse()?;
     let api = DelayProxy::start(server, API).await?;
     let kubeconfig = through(&plane.kubeconfig, &format!("https://{}", api.addr))?;
-    let cluster = TestCluster { client: harness::client(&kubeconfig).await?, kubeconfig };
+    let cluster = TestCluster { client: di_e2e::controlplane::admin_client(&kubeconfig).await?, kubeconfig };
     cluster.install_crds().await;
     let base_ns = cluster.namespace("latency-baseline").await;
     let _base_nodes = SimulatedNodes::start_with(cluster.client.clone(), &base_ns, Binding::Themselves);

@@ -140,7 +140,7 @@ async fn measure(
     limit: &mut Limit,
 ) -> anyhow::Result<ClusterReport> {
     let wanted = |s: Scenario| (first || s == Scenario::Running) && (only.is_empty() || only.contains(&s));
-    let client = harness::client(&plane.kubeconfig).await?;
+    let client = plane.client().await?;
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
     cluster.install_crds().await;
     let base_ns = cluster.namespace("bench-baseline").await;

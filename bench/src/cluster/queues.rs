@@ -35,7 +35,7 @@ pub async fn measure(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     };
     let Some(mut plane) = harness::control_plane().await? else { return Ok(()) };
     let result = async {
-        let client = super::harness::client(&plane.kubeconfig).await?;
+        let client = plane.client().await?;
         let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
         cluster.install_crds().await;
         kueue::start(&mut plane, &cluster, &binary, &module).await?;

@@ -307,11 +307,14 @@ fn scheduler_config(kubeconfig: &Path) -> String {
     serde_yaml::to_string(&config).expect("a JSON value is YAML")
 }
 
-/// A client from a kubeconfig file, whatever `KUBECONFIG` says.
+/// A client from a kubeconfig file, whatever `KUBECONFIG` says, on the orchestrator's stack
+/// (HTTP/1.1, untimed): its sockets send at once, as the Go clients the harness stands in for
+/// (a user, a kubelet) do. kube's own builder leaves Nagle's algorithm on, and the simulated
+/// kubelets waited on delayed ACKs under it (`docs/PERFORMANCE.md`, "Nagle's algorithm").
 pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     let config = Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    Ok(di_controller::client::client(&config, di_controller::client::Http::V1, None)?)
 }
 
 /// Kills what a harness that died without cleaning up left behind, and removes its folder.
