@@ -42,7 +42,8 @@ impl Scrape {
     /// other controllers' checks, the garbage collector's above all.
     pub fn reads_of_job_objects(&self) -> f64 {
         let served = self.served();
-        ["GET dijobs", "GET pods", "GET services"].iter().filter_map(|kind| served.get(*kind)).sum()
+        // Folded from 0.0: an empty `sum` of floats is -0.0, which the report printed as such.
+        ["GET dijobs", "GET pods", "GET services"].iter().filter_map(|kind| served.get(*kind)).fold(0.0, |a, b| a + b)
     }
 
     /// From the API server's own metrics: the requests it served, from any client, by verb and
@@ -190,6 +191,8 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="leases",scope="resource",subresource="",verb="GET",version="v1"} 13
 "#;
         assert_eq!(Scrape::parse(text).reads_of_job_objects(), 10.0);
+        let none = Scrape::parse(text).since(&Scrape::parse(text)).reads_of_job_objects();
+        assert!(none == 0.0 && none.is_sign_positive(), "printed as 0.0, not -0.0");
     }
 
     #[test]
