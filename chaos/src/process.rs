@@ -53,11 +53,6 @@ pub fn command_line(pid: u32) -> anyhow::Result<Vec<String>> {
     Ok(words)
 }
 
-/// A port nobody listens on right now.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,7 +93,7 @@ impl Bench {
     ) -> anyhow::Result<(LocalOrchestrator, Bench, Arc<SimulatedNodes>)> {
         let jobs_ns = cluster.namespace(hint).await;
         let nodes = SimulatedNodes::start_with(cluster.client.clone(), &jobs_ns, binding);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = di_e2e::ports::free_port()?;
         // DI_BENCH_ORCHESTRATOR_ARGS: flags to try (`--concurrency=8 --status-period-seconds=2`),
         // measured against the same baseline.
         // The scenario's own flags last: a flag given twice takes its last value.

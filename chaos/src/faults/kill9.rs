@@ -11,7 +11,6 @@ use di_api::Phase;
 use super::Finding;
 use crate::checks::Expect;
 use crate::plane::Plane;
-use crate::process;
 use crate::world::{self, World};
 
 /// The jobs that start, and how often the orchestrator is killed meanwhile.
@@ -42,7 +41,7 @@ pub const BIG: Load = Load {
 pub async fn run(plane: &Plane, load: &Load) -> anyhow::Result<Finding> {
     let Load { jobs, collectors, kills, .. } = *load;
     let world = World::new(plane, "kill9").await?;
-    let port = process::free_port()?;
+    let port = di_e2e::ports::free_port()?;
     let mut orchestrator = world.orchestrator("", &[format!("--probe-addr=127.0.0.1:{port}")]).await;
     let names = world.submit_all("k", jobs, collectors).await?;
     let pods = jobs * (collectors as usize + 1);

@@ -45,7 +45,7 @@ pub async fn run(plane: &Plane) -> anyhow::Result<Finding> {
     let bundle = Bundle::generate(&["127.0.0.1".into()])?;
     std::fs::write(dir.join("tls.crt"), &bundle.cert)?;
     std::fs::write(dir.join("tls.key"), &bundle.key)?;
-    let port = process::free_port()?;
+    let port = di_e2e::ports::free_port()?;
     let args = vec![
         format!("--webhook-addr=127.0.0.1:{port}"),
         format!("--tls-cert-file={}", dir.join("tls.crt").display()),

@@ -185,6 +185,13 @@ fn find_or_build(
                 cache.display()
             ))));
         }
+        // Tests that need a release start together (a scheduler's, from threads and processes):
+        // one builds while the others wait on this lock, then find what it built. Released when
+        // the file closes.
+        std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+        let lock = std::fs::File::create(cache.join(".lock"))?;
+        lock.lock().context("locking the release's cache folder")?;
+        let missing: Vec<_> = missing.into_iter().filter(|(name, _)| !cache.join(name).is_file()).collect();
         build(root, release, &cache, &missing)?;
     }
     Ok(Ok(found))

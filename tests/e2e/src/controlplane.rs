@@ -5,7 +5,6 @@
 //! certificates. Stopping it, dropping it, or the next start after a crash leaves no process
 //! behind.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -19,6 +18,7 @@ use tokio::time::{Instant, sleep};
 
 use crate::binaries::Binaries;
 use crate::certs;
+use crate::ports::free_port;
 
 /// Controllers the tier relies on: garbage collection of owned objects, namespace deletion, the
 /// default ServiceAccount (and its token and CA bundle) that pods need, the binding of claims to
@@ -355,10 +355,6 @@ pub fn kill_processes_of(dir: &Path) {
             let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
         }
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {

@@ -24,6 +24,7 @@ use serde_json::json;
 use crate::binaries::{Unavailable, cache_base};
 use crate::cluster::TestCluster;
 use crate::controlplane::ControlPlane;
+use crate::ports::free_port;
 
 /// The Kueue release the tests run.
 pub const VERSION: &str = "v0.19.2";
@@ -64,8 +65,15 @@ pub fn obtain(root: &Path) -> anyhow::Result<Result<(PathBuf, PathBuf), Unavaila
     if binary.is_file() {
         return Ok(Ok((binary, module)));
     }
-    eprintln!("building Kueue {VERSION} from its Go module (first run only; a few minutes)...");
     std::fs::create_dir_all(&cache)?;
+    // The tests of a run ask for Kueue together, from threads and processes: one builds while
+    // the others wait on this lock, then find its binary. Released when the file closes.
+    let lock = std::fs::File::create(cache.join(".lock"))?;
+    lock.lock().context("locking Kueue's cache folder")?;
+    if binary.is_file() {
+        return Ok(Ok((binary, module)));
+    }
+    eprintln!("building Kueue {VERSION} from its Go module (first run only; a few minutes)...");
     // The module cache is read-only: build in a copy, beside the binary, and rename, so an
     // interrupted build never leaves half a binary.
     let source = cache.join(".source");
@@ -186,10 +194,6 @@ fn write_certificate(dir: &Path) -> anyhow::Result<()> {
     std::fs::write(dir.join("tls.crt"), certified.cert.pem())?;
     std::fs::write(dir.join("tls.key"), certified.signing_key.serialize_pem())?;
     Ok(())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 pub mod jobs;

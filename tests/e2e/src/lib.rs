@@ -1,7 +1,7 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
 //! `certs`, `delay` for latency where production has it, `capacity` for the nodes its scheduler
 //! places pods on, `kueue` for the queues beside it) and what the suite needs to drive a cluster (`cluster`, `nodes`,
-//! `orchestrator`).
+//! `orchestrator`), and the ports its processes bind (`ports`).
 
 pub mod binaries;
 pub mod capacity;
@@ -13,4 +13,5 @@ pub mod history;
 pub mod kueue;
 pub mod nodes;
 pub mod orchestrator;
+pub mod ports;
 pub mod scenario;

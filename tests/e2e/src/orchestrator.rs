@@ -244,7 +244,7 @@ impl Sidecar {
         // As the kubelet fills it from the pod (the downward API).
         let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
         let uid = pods.get(&coordinator).await.expect("the coordinator pod").metadata.uid.expect("a pod's UID");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("port").port();
+        let port = crate::ports::free_port().expect("a free port");
         let log = kubeconfig.with_extension("log");
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("sidecar log");
         let child = Command::new(binary("di-orchestrator"))

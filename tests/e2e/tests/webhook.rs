@@ -2,7 +2,6 @@
 //! refused by `kubectl apply` with the message, a valid one is stored with its defaults, an
 //! update of an immutable field is refused.
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use di_api::DIJob;
@@ -67,7 +66,7 @@ impl Webhooks {
         let name = CONFIGURATION.to_owned();
         let mut orchestrator = None;
         if local {
-            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let port = di_e2e::ports::free_port().unwrap();
             let (mutating, validating) = configurations(&format!("https://127.0.0.1:{port}"), ns);
             let apply = PatchParams::apply(MANAGER).force();
             mutating_api.patch(&name, &apply, &Patch::Apply(&mutating)).await.unwrap();
