@@ -3,11 +3,10 @@
 //! client-go's broadcaster does), at most `per_second` a second. Events inform and never gate: a
 //! hundred jobs starting at once would otherwise spend on events the API server time their pods'
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
-//! objects, and then until its job is up (its pods bound and reported running, which is API
-//! server work too), for at most `pace::HOLD` in all; a Warning, what a user acts on, waits only
-//! for its turn. As
-//! client-go does, a sender too far behind (a full queue) drops new events rather than grow
-//! without bound, and says so.
+//! objects, and then until its job is up (its pods bound and reported running, and its status
+//! written to say so: API server work the job's watchers wait on), for at most `pace::HOLD` in
+//! all; a Warning, what a user acts on, waits only for its turn. As client-go does, a sender too
+//! far behind (a full queue) drops new events rather than grow without bound, and says so.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};

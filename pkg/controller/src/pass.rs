@@ -99,12 +99,33 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         world.taken.extend(held);
         plan = plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff)?;
     }
-    ctx.starting.set(&namespace, &job.name_any(), pace::waits_for(&plan.status));
+    // A job that waits for pods is starting from now on. One that waits for none is up only once
+    // its status says so: its held Normal events (see `events`) go out after that write, not
+    // beside it, where they would cost the API server time the write and its watchers wait on.
+    let waits = pace::waits_for(&plan.status);
+    if waits.is_some() {
+        ctx.starting.set(&namespace, &job.name_any(), waits);
+    }
+    let acted = act(ctx, &job, plan, (&cached_pods, &cached_services)).await;
+    if waits.is_none() {
+        ctx.starting.set(&namespace, &job.name_any(), None);
+    }
+    acted
+}
 
+/// Carries the plan out (`execute`) and records the status, in the order that keeps every step
+/// safe to repeat; `cached`: the names of the job's pods and Services its caches show.
+async fn act(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    mut plan: Plan,
+    (cached_pods, cached_services): (&BTreeSet<String>, &BTreeSet<String>),
+) -> Result<Requeue, Error> {
+    let uid = job.uid().unwrap_or_default();
     // What this process created and its caches do not show yet exists: creating it again would
     // only be refused. Until the caches catch up, the status would describe a world without it.
-    let unseen_pods = ctx.created.unseen(&uid, Kind::Pod, &cached_pods);
-    let unseen_services = ctx.created.unseen(&uid, Kind::Service, &cached_services);
+    let unseen_pods = ctx.created.unseen(&uid, Kind::Pod, cached_pods);
+    let unseen_services = ctx.created.unseen(&uid, Kind::Service, cached_services);
     let planned = plan.actions.len();
     let coordinator = names::coordinator(&job.name_any());
     plan.actions.retain(|action| match action {
@@ -122,19 +143,19 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
     // pass that created pods leaves its status unwritten, since it describes the world before
     // them: the pods' own watch events bring the next pass, which writes the world as it is.
-    if recreates_coordinator(&job, &plan) {
+    if recreates_coordinator(job, &plan) {
         // Only a cache that missed the job's last status (say, Succeeded, then the cleanup that
         // deleted the coordinator) could bring a finished job's coordinator back.
-        confirm_current(ctx, &job).await?;
+        confirm_current(ctx, job).await?;
     }
 
     let finishing = plan.status.phase.is_some_and(Phase::is_finished);
     let deferred = if finishing {
-        let deferred = record_status(ctx, &job, &plan.status).await?;
-        execute(ctx, &job, &plan.actions).await?;
+        let deferred = record_status(ctx, job, &plan.status).await?;
+        execute(ctx, job, &plan.actions).await?;
         deferred
     } else {
-        let created = execute(ctx, &job, &plan.actions).await?;
+        let created = execute(ctx, job, &plan.actions).await?;
         if created {
             ctx.pacer.created(&uid);
         }
@@ -142,7 +163,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
             // Should the pods' events be lost, the status still follows soon.
             Some(ctx.pacer.period.max(Duration::from_secs(1)))
         } else {
-            record_status(ctx, &job, &plan.status).await?
+            record_status(ctx, job, &plan.status).await?
         }
     };
     // A periodic look catches what no watch event reports (time passing, a lost event).

@@ -535,3 +535,52 @@ async fn a_pass_before_the_caches_show_its_creations_creates_nothing_twice() {
     assert_eq!(calls(&recorded, "POST", "rolebindings"), ["job-replicas"], "the RBAC too");
     assert!(status_writes(&recorded).is_empty());
 }
+
+#[tokio::test]
+async fn a_held_normal_event_goes_out_after_the_status_that_says_the_job_runs() {
+    let job = job(1, "Running", Some(Phase::Starting));
+    let (mut pods, services) = world(&job, |_| "Running");
+    for pod in &mut pods {
+        pod.status = Some(
+            serde_json::from_value(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}))
+                .unwrap(),
+        );
+    }
+    let (client, recorded) = fake_api_server(&job);
+    let ctx = context(client, pods, services);
+    // As the pass that created its pods left it: starting, its Created event held.
+    ctx.starting.set("ns", "job", Some(2));
+    let reference = job.object_ref(&());
+    let created = kube::runtime::events::Event {
+        type_: EventType::Normal,
+        reason: "Created".into(),
+        note: None,
+        action: "Create".into(),
+        secondary: None,
+    };
+    ctx.events.send(created, reference, "job");
+    reconcile(view_of(&job), ctx.clone()).await.unwrap();
+    let order = || -> Vec<String> {
+        let calls = recorded.calls();
+        let writes = calls.iter().filter(|c| c.method != "GET");
+        writes
+            .map(|c| {
+                if c.path.contains("/events") {
+                    c.body["reason"].as_str().unwrap_or("").to_owned()
+                } else {
+                    format!("{} {}", c.method, c.path)
+                }
+            })
+            .collect()
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !order().iter().any(|c| c == "Created") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the Created event is sent once the job is up");
+    let order = order();
+    let at = |what: &str| order.iter().position(|c| c.contains(what)).unwrap_or_else(|| panic!("{what} in {order:?}"));
+    assert!(at("/status") < at("Created"), "the status first: {order:?}");
+}
