@@ -157,6 +157,16 @@ pub fn obtain_all(root: &Path) -> anyhow::Result<Result<PathBuf, Unavailable>> {
     Ok(find_or_build(root, &MAIN, MAIN.binaries, None)?.map(|_| cache_dir(root)))
 }
 
+/// Locks `dir` (made if missing) for one build into it: the tests of a run ask for the same
+/// binaries together, from threads and processes, so one builds while the others wait here and
+/// then find what it built. Released when the returned file closes.
+pub fn lock_folder(dir: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let lock = std::fs::File::create(dir.join(".lock"))?;
+    lock.lock().with_context(|| format!("locking {}", dir.display()))?;
+    Ok(lock)
+}
+
 fn find_or_build(
     root: &Path,
     release: &Release,
@@ -185,12 +195,8 @@ fn find_or_build(
                 cache.display()
             ))));
         }
-        // Tests that need a release start together (a scheduler's, from threads and processes):
-        // one builds while the others wait on this lock, then find what it built. Released when
-        // the file closes.
-        std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
-        let lock = std::fs::File::create(cache.join(".lock"))?;
-        lock.lock().context("locking the release's cache folder")?;
+        // Tests that need a release start together (a scheduler's).
+        let _lock = lock_folder(&cache)?;
         let missing: Vec<_> = missing.into_iter().filter(|(name, _)| !cache.join(name).is_file()).collect();
         build(root, release, &cache, &missing)?;
     }

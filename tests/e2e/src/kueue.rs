@@ -21,7 +21,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::binaries::{Unavailable, cache_base};
+use crate::binaries::{Unavailable, cache_base, lock_folder};
 use crate::cluster::TestCluster;
 use crate::controlplane::ControlPlane;
 use crate::ports::free_port;
@@ -65,11 +65,7 @@ pub fn obtain(root: &Path) -> anyhow::Result<Result<(PathBuf, PathBuf), Unavaila
     if binary.is_file() {
         return Ok(Ok((binary, module)));
     }
-    std::fs::create_dir_all(&cache)?;
-    // The tests of a run ask for Kueue together, from threads and processes: one builds while
-    // the others wait on this lock, then find its binary. Released when the file closes.
-    let lock = std::fs::File::create(cache.join(".lock"))?;
-    lock.lock().context("locking Kueue's cache folder")?;
+    let _lock = lock_folder(&cache)?;
     if binary.is_file() {
         return Ok(Ok((binary, module)));
     }
