@@ -20,6 +20,7 @@ pub mod pace;
 mod pass;
 pub mod podgroups;
 pub mod reconciler;
+mod record;
 pub mod restarts;
 pub mod support;
 pub mod timing;

@@ -1,13 +1,15 @@
 //! Passes against a mocked API server (as kube-rs's controller-rs tests do): the shared echoing
 //! fake of `di-testing`, which records every request, with the caches filled by hand.
-//!
-//! Over 400 lines on purpose: one scenario per rule of a pass, all on the same fake and fixtures.
+//! The scenarios of a pass's status (`record_tests`) and of its failures (`failure_tests`) use
+//! the same fake and fixtures.
 
+use di_api::DIJobStatus;
 use di_testing::{Answer, Log};
 use kube::runtime::watcher;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::*;
+use crate::context::MANAGER;
 use crate::desired::Settings;
 use crate::index::JobIndex;
 use crate::metrics::Metrics;
@@ -238,20 +240,6 @@ async fn completion_applies_each_cleanup_policy() {
     }
 }
 
-#[tokio::test]
-async fn an_invalid_job_is_marked_failed_once() {
-    let job = job(-1, "Running", None);
-    let (client, recorded) = fake_api_server(&job);
-    let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
-    assert_eq!(requeue, Requeue::await_change());
-    let status: Vec<Value> =
-        recorded.calls().iter().filter(|c| c.path.ends_with("/status")).map(|c| c.body.clone()).collect();
-    assert_eq!(status.len(), 1);
-    assert_eq!(status[0]["status"]["phase"], "Failed");
-    assert_eq!(status[0]["status"]["conditions"][1]["reason"], "InvalidSpec");
-    assert!(calls(&recorded, "POST", "pods").is_empty());
-}
-
 /// Every write to an object other than the job's status and its events, as `METHOD path`.
 fn writes_to_objects(recorded: &Log) -> Vec<String> {
     let calls = recorded.calls();
@@ -348,26 +336,6 @@ async fn pods_are_deleted_by_uid_with_their_own_grace_period() {
 }
 
 #[tokio::test]
-async fn a_status_computed_from_an_older_job_never_replaces_the_stored_one() {
-    let mut job = job(1, "Running", Some(Phase::Created));
-    job.metadata.resource_version = Some("41".into());
-    let (pods, services) = world(&job, |_| "Running");
-    // The stored job moved on (resourceVersion 42): the API server refuses the write.
-    let (client, recorded) = fake_api_server_with(&job, |method, path| {
-        (method == "PATCH" && path.ends_with("/status")).then(|| Answer::status(409, "the object has been modified"))
-    });
-    let requeue = reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
-    let writes = status_writes(&recorded);
-    assert_eq!(writes.len(), 1);
-    assert_eq!(writes[0]["metadata"]["resourceVersion"], "41", "the write is conditional on the cached job");
-    assert_eq!(
-        requeue,
-        Requeue::requeue(Duration::from_secs(1)),
-        "a conflict is no error: the newer job's event follows"
-    );
-}
-
-#[tokio::test]
 async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     // Stored: Succeeded, then cleanup (policy All) deleted every pod. Cached: still Running.
     let mut job = job(2, "All", Some(Phase::Running));
@@ -391,129 +359,8 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     assert!(calls(&recorded, "POST", "pods").contains(&"job-coordinator".to_string()));
 }
 
-#[tokio::test]
-async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() {
-    let job = job(1, "Running", Some(Phase::Running));
-    let (pods, services) = world(&job, |name| if name == "job-collector-0" { "Failed" } else { "Running" });
-    let marks: Arc<Marks> = Arc::default();
-    let (client, recorded) = fake_api_server(&job);
-    reconcile(view_of(&job), context_with(client, pods.clone(), services.clone(), marks.clone())).await.unwrap();
-    let marked = recorded.calls().iter().any(|c| c.method == "PATCH" && c.path.ends_with("/services/job-collector-0"));
-    assert!(marked, "the first failure is counted on the service");
-    assert_eq!(calls(&recorded, "DELETE", "pods"), ["job-collector-0"]);
-
-    // The next pass: the pod's deletion is in the cache, the service's count is not yet.
-    let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "job-collector-0").collect();
-    let (client, recorded) = fake_api_server(&job);
-    reconcile(view_of(&job), context_with(client, pods, services, marks)).await.unwrap();
-    assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new(), "not before the backoff");
-}
-
-#[tokio::test]
-async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff() {
-    let job = job(1, "Running", None);
-    let (client, recorded) = fake_api_server_with(&job, |method, path| {
-        (method == "POST" && path.ends_with("/pods")).then(|| Answer::status(403, "pods is forbidden: exceeded quota"))
-    });
-    let ctx = context(client, vec![], vec![]);
-    let error = reconcile(view_of(&job), ctx.clone()).await.unwrap_err();
-    assert_eq!(error.kind(), "CreatePod");
-    assert!(error.to_string().contains("exceeded quota"), "{error}");
-
-    let first = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
-    let second = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
-    assert_eq!(first, Requeue::requeue(Duration::from_secs(1)));
-    assert_eq!(second, Requeue::requeue(Duration::from_secs(2)), "backs off per job");
-
-    // The Warning event says what failed, with the API server's words.
-    let warning = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let found = recorded.calls().into_iter().find_map(|c| {
-                (c.method == "POST" && c.path.ends_with("/events") && c.body["reason"] == "CreatePod").then_some(c.body)
-            });
-            if let Some(event) = found {
-                return event;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("a Warning event with the error's kind");
-    assert_eq!(warning["type"], "Warning");
-    assert!(warning["note"].as_str().unwrap().contains("creating Pod job-"), "{warning}");
-}
-
 /// Creates go out concurrently, and one refused stops none of the others: every pod is tried,
 /// the pass fails with the first refusal and a second one has its own Warning, naming its pod.
-#[tokio::test]
-async fn a_refused_create_keeps_none_of_the_others_from_being_made() {
-    let job = job(4, "Running", None);
-    let stored = serde_json::to_value(&job).unwrap();
-    let refused = ["job-collector-1", "job-collector-3"];
-    let (client, recorded) = di_testing::client(move |call| {
-        let name = call.body["metadata"]["name"].as_str().unwrap_or_default();
-        if call.method == "POST" && call.path.ends_with("/pods") && refused.contains(&name) {
-            return Some(Answer::status(403, &format!("pods \"{name}\" is forbidden: exceeded quota")));
-        }
-        (call.method == "PATCH" && call.path.contains("/dijobs/")).then(|| Answer::json(200, stored.clone()))
-    });
-    let error = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap_err();
-    assert_eq!(error.kind(), "CreatePod");
-    let mut tried = calls(&recorded, "POST", "pods");
-    tried.sort();
-    assert_eq!(tried, ["job-collector-0", "job-collector-1", "job-collector-2", "job-collector-3", "job-coordinator"]);
-    let first = refused.iter().find(|name| error.to_string().contains(*name)).expect("the pass names its refusal");
-    let other = refused.iter().find(|name| *name != first).unwrap();
-    let warning = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let found = recorded.calls().into_iter().find_map(|c| {
-                let note = c.body["note"].as_str().unwrap_or_default().to_owned();
-                (c.path.ends_with("/events") && note.contains(*other)).then_some(c.body)
-            });
-            if let Some(event) = found {
-                return event;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("a Warning of its own for the second refusal");
-    assert_eq!((warning["type"].as_str(), warning["reason"].as_str()), (Some("Warning"), Some("CreatePod")));
-}
-
-#[tokio::test]
-async fn an_invalid_edit_of_a_running_job_keeps_it_running_as_it_was() {
-    // Possible only without the webhook: a running job's collectors set to -1.
-    let mut job = job(2, "Running", Some(Phase::Running));
-    let (pods, services) = world(&job, |_| "Running");
-    job.spec.collector.as_mut().unwrap().replicas = Some(-1);
-    let (client, recorded) = fake_api_server(&job);
-    let requeue = reconcile(view_of(&job), context(client, pods.clone(), services.clone())).await.unwrap();
-    assert_eq!(requeue, Requeue::await_change());
-    let touched = writes_to_objects(&recorded);
-    assert_eq!(touched, Vec::<String>::new(), "its pods go on as they are");
-    let writes = status_writes(&recorded);
-    assert_eq!(writes.len(), 1);
-    let status = &writes[0]["status"];
-    assert_eq!(status["phase"], "Running", "not Failed for good");
-    let invalid = status["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "InvalidSpec").unwrap();
-    assert_eq!(invalid["status"], "True");
-    assert!(invalid["message"].as_str().unwrap().contains("spec.collector.replicas"), "{invalid}");
-
-    // Once written, the same invalid spec costs nothing more; fixed, the condition clears.
-    job.status = Some(serde_json::from_value(status.clone()).unwrap());
-    let (client, recorded) = fake_api_server(&job);
-    reconcile(view_of(&job), context(client, pods.clone(), services.clone())).await.unwrap();
-    assert_eq!(status_writes(&recorded), Vec::<Value>::new());
-    job.spec.collector.as_mut().unwrap().replicas = Some(2);
-    let (client, recorded) = fake_api_server(&job);
-    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
-    let writes = status_writes(&recorded);
-    let cleared =
-        writes[0]["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "InvalidSpec").cloned();
-    assert_eq!(cleared.unwrap()["status"], "False");
-}
-
 #[tokio::test]
 async fn a_pass_before_the_caches_show_its_creations_creates_nothing_twice() {
     let job = job(2, "Running", None);
@@ -536,51 +383,8 @@ async fn a_pass_before_the_caches_show_its_creations_creates_nothing_twice() {
     assert!(status_writes(&recorded).is_empty());
 }
 
-#[tokio::test]
-async fn a_held_normal_event_goes_out_after_the_status_that_says_the_job_runs() {
-    let job = job(1, "Running", Some(Phase::Starting));
-    let (mut pods, services) = world(&job, |_| "Running");
-    for pod in &mut pods {
-        pod.status = Some(
-            serde_json::from_value(json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}))
-                .unwrap(),
-        );
-    }
-    let (client, recorded) = fake_api_server(&job);
-    let ctx = context(client, pods, services);
-    // As the pass that created its pods left it: starting, its Created event held.
-    ctx.starting.set("ns", "job", Some(2));
-    let reference = job.object_ref(&());
-    let created = kube::runtime::events::Event {
-        type_: EventType::Normal,
-        reason: "Created".into(),
-        note: None,
-        action: "Create".into(),
-        secondary: None,
-    };
-    ctx.events.send(created, reference, "job");
-    reconcile(view_of(&job), ctx.clone()).await.unwrap();
-    let order = || -> Vec<String> {
-        let calls = recorded.calls();
-        let writes = calls.iter().filter(|c| c.method != "GET");
-        writes
-            .map(|c| {
-                if c.path.contains("/events") {
-                    c.body["reason"].as_str().unwrap_or("").to_owned()
-                } else {
-                    format!("{} {}", c.method, c.path)
-                }
-            })
-            .collect()
-    };
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !order().iter().any(|c| c == "Created") {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the Created event is sent once the job is up");
-    let order = order();
-    let at = |what: &str| order.iter().position(|c| c.contains(what)).unwrap_or_else(|| panic!("{what} in {order:?}"));
-    assert!(at("/status") < at("Created"), "the status first: {order:?}");
-}
+#[path = "record_tests.rs"]
+mod record;
+
+#[path = "failure_tests.rs"]
+mod failure;

@@ -1,0 +1,93 @@
+//! Passes whose work fails or must wait: a create refused or failing (named on the job, retried
+//! with a growing backoff, the others made all the same) and a replacement held to its backoff.
+//! Fixtures in `pass_tests`.
+
+use super::*;
+
+#[tokio::test]
+async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() {
+    let job = job(1, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |name| if name == "job-collector-0" { "Failed" } else { "Running" });
+    let marks: Arc<Marks> = Arc::default();
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context_with(client, pods.clone(), services.clone(), marks.clone())).await.unwrap();
+    let marked = recorded.calls().iter().any(|c| c.method == "PATCH" && c.path.ends_with("/services/job-collector-0"));
+    assert!(marked, "the first failure is counted on the service");
+    assert_eq!(calls(&recorded, "DELETE", "pods"), ["job-collector-0"]);
+
+    // The next pass: the pod's deletion is in the cache, the service's count is not yet.
+    let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "job-collector-0").collect();
+    let (client, recorded) = fake_api_server(&job);
+    reconcile(view_of(&job), context_with(client, pods, services, marks)).await.unwrap();
+    assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new(), "not before the backoff");
+}
+
+#[tokio::test]
+async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff() {
+    let job = job(1, "Running", None);
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        (method == "POST" && path.ends_with("/pods")).then(|| Answer::status(403, "pods is forbidden: exceeded quota"))
+    });
+    let ctx = context(client, vec![], vec![]);
+    let error = reconcile(view_of(&job), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.kind(), "CreatePod");
+    assert!(error.to_string().contains("exceeded quota"), "{error}");
+
+    let first = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
+    let second = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
+    assert_eq!(first, Requeue::requeue(Duration::from_secs(1)));
+    assert_eq!(second, Requeue::requeue(Duration::from_secs(2)), "backs off per job");
+
+    // The Warning event says what failed, with the API server's words.
+    let warning = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let found = recorded.calls().into_iter().find_map(|c| {
+                (c.method == "POST" && c.path.ends_with("/events") && c.body["reason"] == "CreatePod").then_some(c.body)
+            });
+            if let Some(event) = found {
+                return event;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a Warning event with the error's kind");
+    assert_eq!(warning["type"], "Warning");
+    assert!(warning["note"].as_str().unwrap().contains("creating Pod job-"), "{warning}");
+}
+
+#[tokio::test]
+async fn a_refused_create_keeps_none_of_the_others_from_being_made() {
+    let job = job(4, "Running", None);
+    let stored = serde_json::to_value(&job).unwrap();
+    let refused = ["job-collector-1", "job-collector-3"];
+    let (client, recorded) = di_testing::client(move |call| {
+        let name = call.body["metadata"]["name"].as_str().unwrap_or_default();
+        if call.method == "POST" && call.path.ends_with("/pods") && refused.contains(&name) {
+            return Some(Answer::status(403, &format!("pods \"{name}\" is forbidden: exceeded quota")));
+        }
+        (call.method == "PATCH" && call.path.contains("/dijobs/")).then(|| Answer::json(200, stored.clone()))
+    });
+    let error = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap_err();
+    assert_eq!(error.kind(), "CreatePod");
+    let mut tried = calls(&recorded, "POST", "pods");
+    tried.sort();
+    assert_eq!(tried, ["job-collector-0", "job-collector-1", "job-collector-2", "job-collector-3", "job-coordinator"]);
+    let first = refused.iter().find(|name| error.to_string().contains(*name)).expect("the pass names its refusal");
+    let other = refused.iter().find(|name| *name != first).unwrap();
+    let warning = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let found = recorded.calls().into_iter().find_map(|c| {
+                let note = c.body["note"].as_str().unwrap_or_default().to_owned();
+                (c.path.ends_with("/events") && note.contains(*other)).then_some(c.body)
+            });
+            if let Some(event) = found {
+                return event;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("a Warning of its own for the second refusal");
+    assert_eq!((warning["type"].as_str(), warning["reason"].as_str()), (Some("Warning"), Some("CreatePod")));
+}
