@@ -64,6 +64,28 @@ impl Scrape {
         served
     }
 
+    /// From the API server's own metrics: the watch events it sent, to every watcher, by
+    /// resource, and their bytes. A watch costs the API server nothing at its start and a
+    /// serialization and a write for every event it sends, so what one side is sent more of is
+    /// work the request counts do not show.
+    pub fn watch_events(&self) -> BTreeMap<String, Sent> {
+        let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
+        for (series, value) in &self.0 {
+            let (events, labels) = match series.strip_prefix("apiserver_watch_events_total{") {
+                Some(labels) => (true, labels),
+                None => match series.strip_prefix("apiserver_watch_events_sizes_sum{") {
+                    Some(labels) => (false, labels),
+                    None => continue,
+                },
+            };
+            // Named by resource since Kubernetes 1.31, by kind before.
+            let Some(what) = label(labels, "resource").or_else(|| label(labels, "kind")) else { continue };
+            let entry = sent.entry(what.to_lowercase()).or_default();
+            if events { entry.0 += value } else { entry.1 += value }
+        }
+        sent
+    }
+
     /// Sum of the series whose name and labels start with `prefix`.
     fn sum(&self, prefix: &str) -> f64 {
         self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
@@ -160,6 +182,31 @@ pub fn served_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
     kinds.iter().map(|(kind, a, b)| format!("{kind} {a:.2} against {b:.2}")).collect::<Vec<_>>().join("; ")
 }
 
+/// Watch events and their bytes (or KiB, per job).
+type Sent = (f64, f64);
+
+/// The resources whose watch events the API server sent a different number of times a job for
+/// the two sides (one event a job or more), the most bytes apart first.
+pub fn watch_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
+    let (ours, base) = (ours.watch_events(), base.watch_events());
+    let kinds: BTreeSet<&String> = ours.keys().chain(base.keys()).collect();
+    let per_job = |sent: &BTreeMap<String, Sent>, kind: &String| -> Sent {
+        let (events, bytes) = sent.get(kind).copied().unwrap_or_default();
+        (events / jobs, bytes / jobs / 1024.0)
+    };
+    let mut kinds: Vec<(&String, Sent, Sent)> = kinds
+        .into_iter()
+        .map(|kind| (kind, per_job(&ours, kind), per_job(&base, kind)))
+        .filter(|(_, a, b)| (a.0 - b.0).abs() >= 1.0)
+        .collect();
+    kinds.sort_by(|x, y| (y.1.1 - y.2.1).abs().total_cmp(&(x.1.1 - x.2.1).abs()));
+    if kinds.is_empty() {
+        return "none".into();
+    }
+    let one = |(events, kib): Sent| format!("{events:.0} ({kib:.0} KiB)");
+    kinds.iter().map(|(kind, a, b)| format!("{kind} {} against {}", one(*a), one(*b))).collect::<Vec<_>>().join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +228,26 @@ di_orchestrator_api_request_duration_seconds_count{verb="PATCH",resource="dijobs
 di_orchestrator_status_writes_total 5
 di_orchestrator_reconciles_total 6
 "#;
+
+    #[test]
+    fn names_the_watch_events_one_side_was_sent_more_of() {
+        let sent = |pods: u32, services: u32| {
+            Scrape::parse(&format!(
+                "apiserver_watch_events_total{{component=\"apiserver\",group=\"\",resource=\"pods\",version=\"v1\"}} {pods}\n\
+                 apiserver_watch_events_sizes_sum{{component=\"apiserver\",group=\"\",resource=\"pods\",version=\"v1\"}} {}\n\
+                 apiserver_watch_events_total{{component=\"apiserver\",group=\"\",kind=\"Service\",version=\"v1\"}} {services}\n\
+                 apiserver_watch_events_sizes_sum{{component=\"apiserver\",group=\"\",kind=\"Service\",version=\"v1\"}} {}\n",
+                pods * 2048,
+                services * 1024
+            ))
+        };
+        assert_eq!(
+            watch_differences(&sent(40, 30), &sent(40, 10), 10.0),
+            "service 3 (3 KiB) against 1 (1 KiB)",
+            "pods were sent as often on both sides"
+        );
+        assert_eq!(watch_differences(&sent(40, 10), &sent(45, 10), 10.0), "none", "half an event a job apart");
+    }
 
     #[test]
     fn counts_the_api_servers_reads_of_a_jobs_objects() {
