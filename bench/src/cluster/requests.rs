@@ -69,19 +69,19 @@ impl Scrape {
     /// serialization and a write for every event it sends, so what one side is sent more of is
     /// work the request counts do not show.
     pub fn watch_events(&self) -> BTreeMap<String, Sent> {
+        const SERIES: [(&str, bool); 2] =
+            [("apiserver_watch_events_total{", true), ("apiserver_watch_events_sizes_sum{", false)];
         let mut sent: BTreeMap<String, Sent> = BTreeMap::new();
         for (series, value) in &self.0 {
-            let (events, labels) = match series.strip_prefix("apiserver_watch_events_total{") {
-                Some(labels) => (true, labels),
-                None => match series.strip_prefix("apiserver_watch_events_sizes_sum{") {
-                    Some(labels) => (false, labels),
-                    None => continue,
-                },
+            let Some((labels, events)) =
+                SERIES.iter().find_map(|(name, events)| Some((series.strip_prefix(name)?, *events)))
+            else {
+                continue;
             };
             // Named by resource since Kubernetes 1.31, by kind before.
             let Some(what) = label(labels, "resource").or_else(|| label(labels, "kind")) else { continue };
             let entry = sent.entry(what.to_lowercase()).or_default();
-            if events { entry.0 += value } else { entry.1 += value }
+            if events { entry.events += value } else { entry.bytes += value }
         }
         sent
     }
@@ -182,28 +182,32 @@ pub fn served_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
     kinds.iter().map(|(kind, a, b)| format!("{kind} {a:.2} against {b:.2}")).collect::<Vec<_>>().join("; ")
 }
 
-/// Watch events and their bytes (or KiB, per job).
-type Sent = (f64, f64);
+/// Watch events the API server sent, and their bytes.
+#[derive(Clone, Copy, Default)]
+pub struct Sent {
+    events: f64,
+    bytes: f64,
+}
 
 /// The resources whose watch events the API server sent a different number of times a job for
 /// the two sides (one event a job or more), the most bytes apart first.
 pub fn watch_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
     let (ours, base) = (ours.watch_events(), base.watch_events());
     let kinds: BTreeSet<&String> = ours.keys().chain(base.keys()).collect();
-    let per_job = |sent: &BTreeMap<String, Sent>, kind: &String| -> Sent {
-        let (events, bytes) = sent.get(kind).copied().unwrap_or_default();
-        (events / jobs, bytes / jobs / 1024.0)
+    let per_job = |sent: &BTreeMap<String, Sent>, kind: &String| {
+        let Sent { events, bytes } = sent.get(kind).copied().unwrap_or_default();
+        Sent { events: events / jobs, bytes: bytes / jobs }
     };
     let mut kinds: Vec<(&String, Sent, Sent)> = kinds
         .into_iter()
         .map(|kind| (kind, per_job(&ours, kind), per_job(&base, kind)))
-        .filter(|(_, a, b)| (a.0 - b.0).abs() >= 1.0)
+        .filter(|(_, a, b)| (a.events - b.events).abs() >= 1.0)
         .collect();
-    kinds.sort_by(|x, y| (y.1.1 - y.2.1).abs().total_cmp(&(x.1.1 - x.2.1).abs()));
+    kinds.sort_by(|x, y| (y.1.bytes - y.2.bytes).abs().total_cmp(&(x.1.bytes - x.2.bytes).abs()));
     if kinds.is_empty() {
         return "none".into();
     }
-    let one = |(events, kib): Sent| format!("{events:.0} ({kib:.0} KiB)");
+    let one = |sent: Sent| format!("{:.0} ({:.0} KiB)", sent.events, sent.bytes / 1024.0);
     kinds.iter().map(|(kind, a, b)| format!("{kind} {} against {}", one(*a), one(*b))).collect::<Vec<_>>().join("; ")
 }
 

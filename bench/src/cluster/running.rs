@@ -115,8 +115,8 @@ pub fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
         .collect()
 }
 
-/// One baseline run from a quiet cluster, its API server and etcd CPU added to `server`; it ends
-/// with the cluster quiet again.
+/// One baseline run from a quiet cluster, its API server's, etcd's and clients' CPU added to
+/// `server`; it ends with the cluster quiet again.
 async fn baseline(
     bench: &Bench,
     prefix: String,
@@ -148,7 +148,8 @@ fn clients_cpu(bench: &Bench) -> anyhow::Result<f64> {
 /// lasts about 40 s a run, and the whole figure holds the cluster's idle CPU over it; the idle
 /// rate beside the drain tells the two apart. Beside the CPU, the requests the API server served
 /// meanwhile, from every client, by verb and resource: the reads of DIJobs, pods and Services
-/// among them are other controllers' checks of the job's objects.
+/// among them are other controllers' checks of the job's objects; and the clients' CPU until
+/// running, which takes the same cores.
 #[derive(Default)]
 struct ServerCost {
     until_running: f64,
