@@ -2,7 +2,8 @@
 //! the least any operator must do (`running`, with that client in `baseline`, judged over
 //! several invocations in `limit`), API
 //! requests per job against the minimum and where the orchestrator waited (`requests`), where one
-//! job's time goes (`timeline`), the scaling curve (`curve`), the replica endpoint (`replicas`),
+//! job's time goes (`timeline`), how long each job's status trails its pods when many start
+//! together (`lag`), the scaling curve (`curve`), the replica endpoint (`replicas`),
 //! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
 //! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
 //! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`);
@@ -14,6 +15,7 @@ mod curve;
 mod fairness;
 mod gangs;
 mod harness;
+mod lag;
 mod latency;
 mod limit;
 mod process;

@@ -2,7 +2,7 @@
 //! sweep at each size), added to `limit`; in the first invocation also the API server's and
 //! etcd's CPU on each side, the orchestrator's own CPU per job, the requests each job cost (see
 //! `requests`), a CPU profile of the orchestrator at the largest multi-job size, and where one
-//! small job's time goes (`timeline`).
+//! small job's time goes (`timeline`) and how long each job's status trails its pods (`lag`).
 
 use std::time::Duration;
 
@@ -91,7 +91,11 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
         ));
         waits.push((scenario, spent.request_time()));
     }
-    if first { super::timeline::measure(bench, rows).await } else { Ok(()) }
+    if !first {
+        return Ok(());
+    }
+    super::timeline::measure(bench, rows).await?;
+    super::lag::measure(bench, rows).await
 }
 
 /// Jobs, collectors and runs of each size, in both scenarios (this one and `latency`): by
