@@ -5,13 +5,11 @@
 //! `concurrency` requests shared by every job of the run, and one status write per job, once its
 //! pods run. The window that does best here is found by [`Bench::sweep`].
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use di_api::DIJob;
-use di_api::contract::labels;
 use di_controller::desired::identity::{self, Identity};
 use di_controller::desired::{self, Settings};
 use futures::StreamExt;
@@ -23,9 +21,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::harness::{
-    Bench, Marks, RUN_LABEL, SUBMITTERS, all_ready, job, job_running, pod_running, took, watch_until,
-};
+use super::harness::{Bench, JobPods, Marks, RUN_LABEL, SUBMITTERS, all_ready, job, job_running, took, watch_until};
 
 /// Windows the sweep tries (those above a run's object count are the same as all at once).
 pub(super) const WINDOWS: [usize; 4] = [4, 16, 64, 256];
@@ -117,17 +113,15 @@ impl Bench {
         // The first event is the initial list's start: from then on, nothing is missed.
         events.next().await.context("watch ended")??;
         Ok(tokio::spawn(async move {
-            let mut running: HashMap<String, HashSet<String>> = HashMap::new();
+            let mut running = JobPods::new(pods);
             let mut writes = JoinSet::new();
             while writes.len() < m {
                 let pod = match events.next().await.context("watch ended")?? {
                     watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => pod,
                     _ => continue,
                 };
-                let Some(job) = pod.labels().get(labels::JOB_NAME).filter(|_| pod_running(&pod)) else { continue };
-                let seen = running.entry(job.clone()).or_default();
-                if seen.insert(pod.name_any()) && seen.len() == pods {
-                    let (jobs, job, status) = (jobs.clone(), job.clone(), status.clone());
+                if let Some(job) = running.saw(&pod) {
+                    let (jobs, status) = (jobs.clone(), status.clone());
                     writes.spawn(async move {
                         jobs.patch_status(&job, &PatchParams::default(), &Patch::Merge(status)).await
                     });

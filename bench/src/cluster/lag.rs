@@ -5,7 +5,7 @@
 //! jobs' objects (each holds one of `--concurrency` slots while its creates wait for the shared
 //! budget). Apart from the paired runs, since its watches cost the API server.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use di_api::DIJob;
@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::Row;
-use super::harness::{Bench, RUN_LABEL, all_ready, job_running, pod_running};
+use super::harness::{Bench, JobPods, RUN_LABEL, all_ready, job_running};
 
 const JOBS: usize = 100;
 const COLLECTORS: usize = 10;
@@ -63,12 +63,11 @@ impl Seen {
         let jobs = first_time(jobs, move |job: &DIJob| job_running(job, &want).then(|| job.name_any())).await?;
         // Pods carry their job's name, not the run's label: all of the namespace's are watched.
         let mine = format!("{prefix}-");
-        let mut running: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut running = JobPods::new(COLLECTORS + 1);
         let pods = watcher(Api::<Pod>::namespaced(bench.client.clone(), namespace), watcher::Config::default());
         let pods = first_time(pods, move |pod: &Pod| {
-            let job = pod.labels().get(labels::JOB_NAME).filter(|job| job.starts_with(&mine) && pod_running(pod))?;
-            let seen = running.entry(job.clone()).or_default();
-            (seen.insert(pod.name_any()) && seen.len() == COLLECTORS + 1).then(|| job.clone())
+            let of_run = pod.labels().get(labels::JOB_NAME).is_some_and(|job| job.starts_with(&mine));
+            if of_run { running.saw(pod) } else { None }
         })
         .await?;
         Ok(Seen { pods, jobs })
