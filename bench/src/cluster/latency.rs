@@ -43,7 +43,9 @@ async fn on(
     let _base_nodes = SimulatedNodes::start_with(cluster.client.clone(), &base_ns, Binding::Themselves);
     let (_b, window, _bn) = Bench::start(plane, &cluster, "latency-window", "-window", &base_ns, &[]).await?;
     window.time_to_running("warm", 1, 10).await?;
+    window.empty(&window.jobs_ns).await?;
     window.baseline("bwarm", 1, 10, 16).await?;
+    window.empty(&base_ns).await?;
     for (m, n, runs) in super::running::scenarios()? {
         let (best, swept) = window.sweep(&format!("lsw{m}x{n}"), m, n).await?;
         let (mut ours, mut base) = (vec![], vec![]);
@@ -51,13 +53,13 @@ async fn on(
             // Which side goes first alternates, as in `running`.
             if run % 2 == 1 {
                 base.push(window.baseline(&format!("lb{m}x{n}-{run}"), m, n, best).await?);
-                window.settle().await?;
+                window.empty(&base_ns).await?;
             }
             ours.push(window.until_running(&format!("lw{m}x{n}-{run}"), m, n).await?);
-            window.settle().await?;
+            window.empty(&window.jobs_ns).await?;
             if run % 2 == 0 {
                 base.push(window.baseline(&format!("lb{m}x{n}-{run}"), m, n, best).await?);
-                window.settle().await?;
+                window.empty(&base_ns).await?;
             }
         }
         let pairs = Pairs::of(ours, base, best, swept);

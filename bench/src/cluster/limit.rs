@@ -25,12 +25,15 @@ pub struct Pairs {
     pub window: usize,
     /// What the sweep measured: each window and its time.
     pub swept: Vec<(usize, Duration)>,
+    /// Every run's time on each side, in the order run.
+    pub runs: (Vec<Duration>, Vec<Duration>),
 }
 
 impl Pairs {
     pub fn of(mut ours: Vec<Duration>, mut base: Vec<Duration>, window: usize, swept: Vec<(usize, Duration)>) -> Pairs {
         let paired = paired_median(&ours, &base);
-        Pairs { ours: median(&mut ours), base: median(&mut base), paired, window, swept }
+        let runs = (ours.clone(), base.clone());
+        Pairs { ours: median(&mut ours), base: median(&mut base), paired, window, swept, runs }
     }
 }
 
@@ -64,7 +67,11 @@ impl Limit {
         Limit { scenario, unit, made, sizes: BTreeMap::new() }
     }
 
+    /// Adds one invocation's pairs of a size; every run's time goes to the log, in order, so a
+    /// drift within the invocation shows.
     pub fn add(&mut self, m: usize, n: usize, pairs: Pairs) {
+        let list = |d: &[Duration]| d.iter().map(|d| format!("{:.3}", d.as_secs_f64())).collect::<Vec<_>>().join(" ");
+        eprintln!("{}, {m}x{n}: ours {} s; the limit's {} s", self.scenario, list(&pairs.runs.0), list(&pairs.runs.1));
         self.sizes.entry((m, n)).or_default().push(pairs);
     }
 
@@ -151,6 +158,7 @@ mod tests {
             paired,
             window: 16,
             swept: vec![(4, Duration::from_millis(base * 2)), (16, Duration::from_millis(base))],
+            runs: (vec![Duration::from_millis(ours)], vec![Duration::from_millis(base)]),
         };
         for paired in [1.2, 1.01, 1.04] {
             limit.add(1, 10, pair(110, 100, paired));

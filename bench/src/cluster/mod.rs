@@ -12,6 +12,7 @@
 
 mod baseline;
 mod curve;
+mod empty;
 mod fairness;
 mod gangs;
 mod harness;

@@ -20,7 +20,9 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
     // The API server's first requests of a kind pay for warming its caches; neither side
     // should be charged for that.
     bench.time_to_running("warm", 1, 10).await?;
+    bench.empty(&bench.jobs_ns).await?;
     bench.baseline("bwarm", 1, 10, 16).await?;
+    bench.empty(&bench.base_ns).await?;
     // Every size runs several times, each run next to a baseline run, and the goal is judged on
     // the median of the pairs' ratios (see `limit`): one run of either side varies by a quarter
     // here (2 cores shared by everything).
@@ -33,8 +35,8 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
         let profiled = first && m >= 100;
         let mut profile = if profiled { Some(Profile::start(bench.pid, &crate::out_dir()?).await) } else { None };
         let (window, swept) = bench.sweep(&format!("sw{m}x{n}"), m, n).await?;
-        // Each side starts from a quiet cluster and is charged until the cluster is quiet again
-        // (see `settle`): after this, every side's run ends with a settle.
+        // Each side starts from a quiet cluster and an empty namespace, and is charged until the
+        // cluster is quiet again (see `settle`): after this, every side's run ends with its namespace emptied.
         bench.settle().await?;
         let idle_rate = bench.idle_server_rate(Duration::from_secs(2)).await?;
         for run in 0..runs {
@@ -73,6 +75,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             bench.settle().await?;
             // After the second settle, so checks that trickle in late are still this run's.
             server_ours.served.add(&bench.server_metrics().await?.since(&served));
+            bench.empty(&bench.jobs_ns).await?;
             if run % 2 == 0 {
                 base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
             }
@@ -135,6 +138,7 @@ async fn baseline(
     bench.settle().await?;
     server.all += bench.server_cpu()? - before;
     server.served.add(&bench.server_metrics().await?.since(&served));
+    bench.empty(&bench.base_ns).await?;
     Ok(took)
 }
 
