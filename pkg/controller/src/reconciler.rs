@@ -12,7 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::context::{Context, MANAGER};
 use crate::created::Created;
@@ -196,8 +196,12 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(pass::reconcile, error_policy, context)
         .for_each(|result| async move {
-            if let Err(e) = result {
-                warn!("reconcile: {e}");
+            match result {
+                // Each pod and Service of a deleted job, going after it, asks for its pass: a job
+                // of 1,000 collectors deleted would log 2,000 warnings of nothing to do.
+                Err(kube::runtime::controller::Error::ObjectNotFound(job)) => debug!("{job} is gone: no pass"),
+                Err(e) => warn!("reconcile: {e}"),
+                Ok(_) => {}
             }
         })
         .await;
