@@ -21,9 +21,8 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::harness::{
-    Bench, JobPods, Marks, RUN_LABEL, SUBMITTERS, all_ready, job, job_running, median, took, watch_until,
-};
+use super::harness::{Bench, Marks, RUN_LABEL, SUBMITTERS, median, took, watch_until};
+use super::jobs::{JobPods, all_ready, job, job_running};
 
 /// Windows the sweep tries (those above a run's object count are the same as all at once).
 pub(super) const WINDOWS: [usize; 4] = [4, 16, 64, 256];

@@ -3,6 +3,7 @@
 //! 10 with latency, commit 4cf6d40: the limit's window of 64 took 5.2 s in the sweep and 5.7 to
 //! 7.6 s in the seven pairs after it): each run now starts from an empty namespace.
 
+use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -10,6 +11,7 @@ use di_api::DIJob;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+use serde::de::DeserializeOwned;
 
 use super::harness::Bench;
 
@@ -28,16 +30,25 @@ impl Bench {
         let (pods, services) =
             (Api::<Pod>::namespaced(self.client.clone(), ns), Api::<Service>::namespaced(self.client.clone(), ns));
         tokio::try_join!(pods.delete_collection(&now, &all), services.delete_collection(&background, &all))?;
-        let deadline = Instant::now() + LIMIT;
         // Any a pass made after its job was deleted is the garbage collector's.
-        while !(pods.list_metadata(&all).await?.items.is_empty()
-            && services.list_metadata(&all).await?.items.is_empty())
-        {
-            if Instant::now() > deadline {
-                bail!("{ns}: pods or Services still there {LIMIT:?} after they were deleted");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until_none(&pods, &all, &format!("{ns}: pods")).await?;
+        until_none(&services, &all, &format!("{ns}: Services")).await?;
         self.settle().await
     }
+}
+
+/// Waits until `api` lists nothing `params` selects, at most [`LIMIT`]; `what` names them in
+/// the error.
+pub(super) async fn until_none<K>(api: &Api<K>, params: &ListParams, what: &str) -> anyhow::Result<()>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let deadline = Instant::now() + LIMIT;
+    while !api.list_metadata(params).await?.items.is_empty() {
+        if Instant::now() > deadline {
+            bail!("{what} still there {LIMIT:?} after they were deleted");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }

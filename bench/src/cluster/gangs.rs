@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use di_api::{DIJob, Phase};
 use di_controller::desired::gang::{self, Backend};
 use di_controller::desired::{self, Settings};
@@ -28,6 +28,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::baseline::WINDOWS;
+use super::empty::until_none;
 use super::harness::{self, Bench, RUN_LABEL, SUBMITTERS, took, watch_until};
 use super::limit::{Limit, Pairs};
 
@@ -167,13 +168,7 @@ impl Bench {
         let selector = ListParams::default().labels(&run_label(prefix));
         jobs.delete_collection(&DeleteParams::background(), &selector).await?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let deadline = Instant::now() + LIMIT;
-        while !pods.list_metadata(&selector).await?.items.is_empty() {
-            if Instant::now() > deadline {
-                bail!("{prefix}: pods still there {LIMIT:?} after their jobs were deleted");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until_none(&pods, &selector, &format!("{prefix}: pods")).await?;
         self.settle().await
     }
 }

@@ -17,7 +17,8 @@ use kube::{Api, ResourceExt};
 use tokio::task::JoinHandle;
 
 use super::Row;
-use super::harness::{Bench, JobPods, RUN_LABEL, all_ready, job_running};
+use super::harness::{Bench, RUN_LABEL};
+use super::jobs::{JobPods, all_ready, job_running};
 
 const JOBS: usize = 100;
 const COLLECTORS: usize = 10;

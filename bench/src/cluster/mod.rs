@@ -8,7 +8,8 @@
 //! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
 //! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`);
 //! jobs in a Kueue queue against the same jobs in none (`queues`).
-//! `harness` starts what they all measure.
+//! `harness` starts what they all measure, `jobs` is the job they submit and tells when it runs,
+//! and `empty` clears a namespace between runs.
 
 mod baseline;
 mod curve;
@@ -16,6 +17,7 @@ mod empty;
 mod fairness;
 mod gangs;
 mod harness;
+mod jobs;
 mod lag;
 mod latency;
 mod limit;

@@ -39,7 +39,8 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             profiles.push((format!("{m} job(s) x {n} collectors"), profiled(bench, m, n).await?));
         }
         // Each side starts from a quiet cluster and an empty namespace, and is charged until the
-        // cluster is quiet again (see `settle`): after this, every side's run ends with its namespace emptied.
+        // cluster is quiet again (see `settle`): after this, every side's run ends with its
+        // namespace emptied.
         bench.settle().await?;
         let idle_rate = bench.idle_server_rate(Duration::from_secs(2)).await?;
         for run in 0..runs {

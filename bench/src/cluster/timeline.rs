@@ -14,7 +14,8 @@ use kube::Api;
 use tokio::task::JoinHandle;
 
 use super::Row;
-use super::harness::{Bench, Marks, median, pod_running, watch_until};
+use super::harness::{Bench, Marks, median, watch_until};
+use super::jobs::pod_running;
 
 const RUNS: usize = 9;
 const COLLECTORS: usize = 10;
