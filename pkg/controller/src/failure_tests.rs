@@ -35,8 +35,8 @@ async fn a_failed_operation_is_named_on_the_job_and_retried_with_growing_backoff
 
     let first = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
     let second = crate::reconciler::error_policy(view_of(&job), &error, ctx.clone());
-    assert_eq!(first, Requeue::requeue(Duration::from_secs(1)));
-    assert_eq!(second, Requeue::requeue(Duration::from_secs(2)), "backs off per job");
+    assert_eq!(first, Requeue::after(Duration::from_secs(1)));
+    assert_eq!(second, Requeue::after(Duration::from_secs(2)), "backs off per job");
 
     // The Warning event says what failed, with the API server's words.
     let warning = tokio::time::timeout(Duration::from_secs(5), async {

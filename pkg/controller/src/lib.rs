@@ -7,6 +7,7 @@ pub mod context;
 pub mod created;
 pub mod creates;
 mod discovery;
+pub mod dispatch;
 pub mod error;
 pub mod events;
 mod execute;

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::dispatch::Requeue;
 use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
 use di_api::{AggregatorConfig, DIJob, Phase};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -39,7 +39,7 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
         // next pass; the requeue only stands in for a lost event.
         Err(Error::StaleJob) => {
             ctx.metrics.stale_passes.inc();
-            Ok(Requeue::requeue(Duration::from_secs(1)))
+            Ok(Requeue::after(Duration::from_secs(1)))
         }
         Ok(requeue) => {
             ctx.retries.succeeded(&uid);
@@ -166,7 +166,7 @@ async fn act(
     };
     // A periodic look catches what no watch event reports (time passing, a lost event).
     let next = [plan.requeue_after, deferred].into_iter().flatten().min();
-    Ok(Requeue::requeue(next.unwrap_or(Duration::from_secs(300))))
+    Ok(Requeue::after(next.unwrap_or(Duration::from_secs(300))))
 }
 
 /// Names a job the orchestrator does not act on (`JobView::left_alone`), and touches nothing of
@@ -294,7 +294,7 @@ async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) ->
         Some(plan) => {
             record_status(ctx, job, &plan.status).await?;
             execute(ctx, job, &plan.actions).await?;
-            Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+            Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::after))
         }
         None => {
             hold(ctx, job, reason, message).await?;

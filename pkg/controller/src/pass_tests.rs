@@ -169,7 +169,7 @@ async fn first_reconcile_creates_the_coordinator_and_its_service() {
         calls.iter().filter(|c| c.method == "PATCH" && c.path.ends_with("/status")).map(|c| c.body.clone()).collect()
     };
     assert_eq!(status_writes(&recorded), Vec::<Value>::new());
-    assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
+    assert_eq!(requeue, Requeue::after(Duration::from_secs(1)));
 
     let (pods, services) = world(&job, |_| "Pending");
     let (client, recorded) = fake_api_server(&job);
@@ -347,7 +347,7 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     let requeue = reconcile(view_of(&job), context(client, vec![], vec![])).await.unwrap();
     assert_eq!(calls(&recorded, "POST", "pods"), Vec::<String>::new());
     assert_eq!(status_writes(&recorded), Vec::<Value>::new(), "no Created over Succeeded");
-    assert_eq!(requeue, Requeue::requeue(Duration::from_secs(1)));
+    assert_eq!(requeue, Requeue::after(Duration::from_secs(1)));
 
     // With the stored job the same as the cached one, a deleted coordinator of a running job is
     // created again.

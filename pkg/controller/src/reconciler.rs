@@ -6,17 +6,18 @@ use std::time::Duration;
 
 use di_api::{AggregatorConfig, Phase};
 use futures::StreamExt;
-use kube::runtime::controller::{Action as Requeue, Controller};
+use futures::stream::BoxStream;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::context::{Context, MANAGER};
 use crate::created::Created;
 use crate::desired::{self, Settings, managed_selector};
+use crate::dispatch::Requeue;
 use crate::error::{Error, Retries};
 use crate::index::JobIndex;
 use crate::later::Later;
@@ -80,8 +81,7 @@ pub async fn run(
             let index = pod_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
-        .filter(paced(PodChanges::new(starting.clone()), later.clone()))
-        .touched_objects();
+        .filter(paced(PodChanges::new(starting.clone()), later.clone()));
     let (services, service_writer) = reflector::store();
     let service_stream = watcher(api::<ServiceView>(&client, namespace), selector)
         .backoff(watch_backoff())
@@ -91,16 +91,14 @@ pub async fn run(
             let index = service_index.clone();
             move |event| event.iter().for_each(|e| index.apply(e))
         })
-        .filter(paced(ServiceChanges::new(starting.clone()), later.clone()))
-        .touched_objects();
+        .filter(paced(ServiceChanges::new(starting.clone()), later.clone()));
     // AggregatorConfigs are few and small: cached whole, from every namespace (a job may name
     // one in another, and the default lives in the orchestrator's).
     let (configs, config_writer) = reflector::store();
     let config_stream = watcher(Api::<AggregatorConfig>::all(client.clone()), watcher::Config::default())
         .backoff(watch_backoff())
         .modify(|config| config.metadata.managed_fields = None)
-        .reflect(config_writer)
-        .touched_objects();
+        .reflect(config_writer);
     let (kueue, workload_stream, cluster_watches) = match options.kueue {
         true => {
             let (kueue, stream, watches) = crate::workloads::watch(&client, namespace, watch_backoff);
@@ -138,7 +136,6 @@ pub async fn run(
         starting: starting.clone(),
         later,
     });
-    let config = kube::runtime::controller::Config::default().concurrency(options.concurrency);
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
     let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
@@ -150,10 +147,9 @@ pub async fn run(
             if let Ok(Event::Delete(job)) = event {
                 starting.set(&job.namespace().unwrap_or_default(), &job.name_any(), None);
             }
-        })
-        .touched_objects();
+        });
     // No pass runs before the pods and services are listed: a pass over an empty cache would see
-    // a running job without its coordinator and set it back to Created. The controller polls the
+    // a running job without its coordinator and set it back to Created. The dispatcher polls the
     // pod and service watches meanwhile, which is what makes them ready.
     let listed = {
         let (pods, services, configs) = (context.pods.clone(), context.services.clone(), context.configs.clone());
@@ -174,37 +170,37 @@ pub async fn run(
         }
     };
     let job_stream = futures::stream::once(listed).flatten();
-    let controller = Controller::for_stream(job_stream, job_store);
     let uses_config = {
-        let (jobs, settings) = (controller.store(), context.settings.clone());
+        let (jobs, settings) = (job_store.clone(), context.settings.clone());
         move |config: AggregatorConfig| jobs_using(&jobs.state(), &config, &settings)
     };
-    let gauges = tokio::spawn(count_jobs_by_phase(controller.store(), context.metrics.clone()));
+    let gauges = tokio::spawn(count_jobs_by_phase(job_store.clone(), context.metrics.clone()));
     // Only while this replica reconciles (leads): one keeper at a time.
     let keeper = (context.settings.identity == crate::identity::Identity::Policy)
         .then(|| tokio::spawn(crate::identity::keep_policy(client.clone())));
-    let controller = match workload_stream {
-        Some(stream) => controller.watches_stream_with(stream, crate::workloads::job_of, crate::queue::workload_kind()),
-        None => controller,
-    };
-    controller
-        .with_config(config)
-        .watches_stream(pod_stream, |pod| job_of(&pod))
-        .watches_stream(service_stream, |service| job_of(&service))
-        .watches_stream(config_stream, uses_config)
-        .reconcile_on(due)
-        .graceful_shutdown_on(shutdown)
-        .run(pass::reconcile, error_policy, context)
-        .for_each(|result| async move {
-            match result {
-                // Each pod and Service of a deleted job, going after it, asks for its pass: a job
-                // of 1,000 collectors deleted would log 2,000 warnings of nothing to do.
-                Err(kube::runtime::controller::Error::ObjectNotFound(job)) => debug!("{job} is gone: no pass"),
-                Err(e) => warn!("reconcile: {e}"),
-                Ok(_) => {}
+    // What asks for a job's pass: the job itself, its pods and Services, the configs its learners
+    // use, its Workload, and what waited for a later pass (`later`).
+    let mut asks: Vec<BoxStream<'static, ObjectRef<JobView>>> = vec![
+        asks_for(job_stream, &job_store, |job| Some(ObjectRef::from_obj(&job))),
+        asks_for(pod_stream, &job_store, |pod| job_of(&pod)),
+        asks_for(service_stream, &job_store, |service| job_of(&service)),
+        asks_for(config_stream, &job_store, uses_config),
+        due.boxed(),
+    ];
+    if let Some(stream) = workload_stream {
+        asks.push(asks_for(stream, &job_store, crate::workloads::job_of));
+    }
+    let concurrency = options.concurrency.into();
+    crate::dispatch::run(job_store, futures::stream::select_all(asks), concurrency, shutdown, move |job| {
+        let ctx = context.clone();
+        async move {
+            match pass::reconcile(job.clone(), ctx.clone()).await {
+                Ok(requeue) => requeue,
+                Err(error) => error_policy(job, &error, ctx),
             }
-        })
-        .await;
+        }
+    })
+    .await;
     gauges.abort();
     if let Some(watches) = cluster_watches {
         watches.abort();
@@ -255,9 +251,37 @@ fn jobs_using(jobs: &[Arc<JobView>], config: &AggregatorConfig, settings: &Setti
     jobs.iter().filter(|view| uses(view)).map(|view| ObjectRef::from_obj(view.as_ref())).collect()
 }
 
-/// A watch's filter of reports: what starts a pass at once goes on to the controller, what may
-/// wait goes to `later` (see `triggers`), the rest nowhere; errors go on, for the controller to
-/// log.
+/// A watch's reports as the jobs they ask a pass for (`to_jobs`: none, one or several). A
+/// (re)list asks for every job once it is done, when its cache holds what was listed: asked for
+/// object by object while it lists, a pass would find the cache of before (a job listed at
+/// start-up not in it at all). A watch's error is logged, and the watch goes on after its backoff.
+fn asks_for<K, J>(
+    stream: impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    jobs: &Store<JobView>,
+    to_jobs: impl Fn(K) -> J + Send + 'static,
+) -> BoxStream<'static, ObjectRef<JobView>>
+where
+    J: IntoIterator<Item = ObjectRef<JobView>>,
+{
+    let jobs = jobs.clone();
+    stream
+        .flat_map(move |event| {
+            let asked: Vec<ObjectRef<JobView>> = match event {
+                Ok(Event::Apply(object) | Event::Delete(object)) => to_jobs(object).into_iter().collect(),
+                Ok(Event::Init | Event::InitApply(_)) => vec![],
+                Ok(Event::InitDone) => jobs.state().iter().map(|job| ObjectRef::from_obj(job.as_ref())).collect(),
+                Err(e) => {
+                    warn!("watch: {e}");
+                    vec![]
+                }
+            };
+            futures::stream::iter(asked)
+        })
+        .boxed()
+}
+
+/// A watch's filter of reports: what starts a pass at once goes on to the dispatcher, what may
+/// wait goes to `later` (see `triggers`), the rest nowhere; errors go on, for `asks_for` to log.
 fn paced<K: JobMember, E>(
     mut changes: impl Changes<K>,
     later: Later,
@@ -294,7 +318,7 @@ pub(crate) fn error_policy(job: Arc<JobView>, error: &Error, ctx: Arc<Context>) 
         "Reconcile",
         Some(error.to_string()),
     );
-    Requeue::requeue(ctx.retries.failed(&job.uid().unwrap_or_default()))
+    Requeue::after(ctx.retries.failed(&job.uid().unwrap_or_default()))
 }
 
 #[cfg(test)]
@@ -313,6 +337,41 @@ mod tests {
         assert_eq!(job_of(&pod), Some(ObjectRef::new("job").within("ns")));
         assert_eq!(job_of(&service), Some(ObjectRef::new("job").within("ns")));
         assert_eq!(job_of(&Pod::default()), None);
+    }
+
+    #[tokio::test]
+    async fn a_list_asks_for_every_job_once_it_is_done_and_a_change_for_its_own() {
+        let view = |name: &str| -> JobView {
+            let container = json!({"containers": [{"name": "di-container", "image": "ding"}]});
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"coordinator": {"template": {"spec": container}}},
+            }))
+            .unwrap()
+        };
+        let (jobs, mut writer) = reflector::store();
+        for name in ["x", "y"] {
+            writer.apply_watcher_event(&Event::Apply(view(name)));
+        }
+        let pod = |job: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": format!("{job}-collector-0"), "namespace": "ns",
+                                                       "labels": {di_api::contract::labels::JOB_NAME: job}}}))
+            .unwrap()
+        };
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("x"))),
+            Ok(Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Apply(pod("z"))),
+            Ok(Event::Delete(pod("y"))),
+        ];
+        let asked: Vec<String> =
+            asks_for(futures::stream::iter(events), &jobs, |pod| job_of(&pod)).map(|job| job.name).collect().await;
+        let mut listed = asked[..2].to_vec();
+        listed.sort();
+        assert_eq!(listed, ["x", "y"], "every job, once the list is done");
+        assert_eq!(asked[2..], ["z", "y"], "then each change's job");
     }
 
     #[test]

@@ -19,7 +19,7 @@ async fn a_status_computed_from_an_older_job_never_replaces_the_stored_one() {
     assert_eq!(writes[0]["metadata"]["resourceVersion"], "41", "the write is conditional on the cached job");
     assert_eq!(
         requeue,
-        Requeue::requeue(Duration::from_secs(1)),
+        Requeue::after(Duration::from_secs(1)),
         "a conflict is no error: the newer job's event follows"
     );
 }

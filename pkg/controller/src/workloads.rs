@@ -78,7 +78,7 @@ pub fn watch(
     backoff: impl Fn() -> watcher::ExponentialBackoff,
 ) -> (
     Kueue,
-    impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send + 'static,
     impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let kind = queue::workload_kind();
@@ -89,11 +89,8 @@ pub fn watch(
     let writer = reflector::store::Writer::new(kind);
     let workloads = writer.as_reader();
     let selector = watcher::Config::default().labels(&managed_selector());
-    let workload_stream = watcher(api, selector)
-        .backoff(backoff())
-        .modify(|w| w.metadata.managed_fields = None)
-        .reflect(writer)
-        .touched_objects();
+    let workload_stream =
+        watcher(api, selector).backoff(backoff()).modify(|w| w.metadata.managed_fields = None).reflect(writer);
     let flavor_kind = queue::flavor_kind();
     let flavor_writer = reflector::store::Writer::new(flavor_kind.clone());
     let flavors = flavor_writer.as_reader();
