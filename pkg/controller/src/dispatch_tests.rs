@@ -1,5 +1,7 @@
 use std::sync::Mutex;
 
+use futures::future::BoxFuture;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher::Event;
@@ -61,11 +63,34 @@ fn job(name: &str) -> ObjectRef<ConfigMap> {
     ObjectRef::new(name).within("ns")
 }
 
-/// Each pass's job and when it started; `busy` marks a pass running, to catch two of one job.
+/// Each pass's job and when it started, and how many ended; `busy` marks a pass running, to
+/// catch two of one job.
 #[derive(Default)]
 struct Log {
     passes: Mutex<Vec<(String, Instant)>>,
     busy: Mutex<HashSet<String>>,
+    ended: Mutex<usize>,
+}
+
+/// A pass that logs itself in `log`, lasts `lasts` and asks for `requeue`.
+fn logged(
+    log: &Arc<Log>,
+    lasts: Duration,
+    requeue: Requeue,
+) -> impl Fn(Arc<ConfigMap>) -> BoxFuture<'static, Requeue> + use<> {
+    let log = log.clone();
+    move |object: Arc<ConfigMap>| {
+        let log = log.clone();
+        Box::pin(async move {
+            let name = object.metadata.name.clone().unwrap();
+            log.passes.lock().unwrap().push((name.clone(), Instant::now()));
+            assert!(log.busy.lock().unwrap().insert(name.clone()), "two passes of {name} at once");
+            tokio::time::sleep(lasts).await;
+            log.busy.lock().unwrap().remove(&name);
+            *log.ended.lock().unwrap() += 1;
+            requeue
+        })
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -74,20 +99,7 @@ async fn a_request_for_now_runs_at_once_one_pass_a_job_at_a_time() {
     let (asks, received) = futures::channel::mpsc::unbounded();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let log = Arc::new(Log::default());
-    let pass = {
-        let log = log.clone();
-        move |object: Arc<ConfigMap>| {
-            let log = log.clone();
-            async move {
-                let name = object.metadata.name.clone().unwrap();
-                log.passes.lock().unwrap().push((name.clone(), Instant::now()));
-                assert!(log.busy.lock().unwrap().insert(name.clone()), "two passes of {name} at once");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                log.busy.lock().unwrap().remove(&name);
-                Requeue::await_change()
-            }
-        }
-    };
+    let pass = logged(&log, Duration::from_millis(100), Requeue::await_change());
     let start = Instant::now();
     let running = tokio::spawn(run(
         store,
@@ -124,18 +136,7 @@ async fn a_requeued_job_passes_again_and_shutdown_waits_for_the_pass_under_way()
     let (store, _writer) = stored(&["a"]);
     let (asks, received) = futures::channel::mpsc::unbounded();
     let log = Arc::new(Log::default());
-    let pass = {
-        let log = log.clone();
-        move |object: Arc<ConfigMap>| {
-            let log = log.clone();
-            async move {
-                log.passes.lock().unwrap().push((object.metadata.name.clone().unwrap(), Instant::now()));
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                log.busy.lock().unwrap().insert("ended".into());
-                Requeue::after(Duration::from_secs(10))
-            }
-        }
-    };
+    let pass = logged(&log, Duration::from_secs(1), Requeue::after(Duration::from_secs(10)));
     let start = Instant::now();
     asks.unbounded_send(job("a")).unwrap();
     // Stops while the second pass (at 11 s) runs.
@@ -143,6 +144,6 @@ async fn a_requeued_job_passes_again_and_shutdown_waits_for_the_pass_under_way()
     run(store, received, 1, shutdown, pass).await;
     let passes: Vec<Duration> = log.passes.lock().unwrap().iter().map(|(_, at)| at.duration_since(start)).collect();
     assert_eq!(passes, [Duration::ZERO, Duration::from_secs(11)]);
-    assert_eq!(start.elapsed(), Duration::from_secs(12), "the pass under way ended");
-    assert!(log.busy.lock().unwrap().contains("ended"));
+    assert_eq!(start.elapsed(), Duration::from_secs(12));
+    assert_eq!(*log.ended.lock().unwrap(), 2, "the pass under way ended");
 }
