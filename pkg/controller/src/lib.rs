@@ -2,6 +2,7 @@
 //! events, PodGroups, leader election and metrics, around the pure core of `di-core` (what a job
 //! should have, its status, a pass's plan), which it re-exports under the paths it always had.
 
+mod asks;
 pub mod client;
 pub mod context;
 pub mod created;

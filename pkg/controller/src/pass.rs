@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::Requeue;
 use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
@@ -21,6 +20,7 @@ use crate::context::{Context, publish, publish_on};
 use crate::created::Kind;
 use crate::decision::{Action, Plan, World};
 use crate::desired;
+use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
 use crate::pace;
