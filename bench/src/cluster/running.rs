@@ -50,9 +50,13 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             if run % 2 == 1 {
                 base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
             }
-            // The API server's metrics are read outside the CPU window: rendering them costs it.
+            // The API server's metrics are read outside the CPU window and before a settle:
+            // rendering them costs it, and what it does after answering (the limit's side below
+            // does the same) must not fall in either side's run.
             let served = bench.server_metrics().await?;
-            let (server, scrape) = (bench.server_cpu()?, bench.metrics().await?);
+            let scrape = bench.metrics().await?;
+            bench.settle().await?;
+            let server = bench.server_cpu()?;
             let (own, clients) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?);
             let prefix = format!("r{m}x{n}-{run}");
             ours.push(bench.until_running(&prefix, m, n).await?);
@@ -117,7 +121,7 @@ async fn profiled(bench: &Bench, m: usize, n: usize) -> anyhow::Result<Result<St
 /// change on one size with more runs.
 pub fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
     let Ok(list) = std::env::var("DI_BENCH_SCENARIOS") else {
-        return Ok(vec![(1, 10, 9), (1, 100, 9), (1, 500, 3), (1, 1000, 3), (100, 10, 3)]);
+        return Ok(vec![(1, 10, 15), (1, 100, 15), (1, 500, 3), (1, 1000, 3), (100, 10, 3)]);
     };
     let parse = |item: &str| -> Option<(usize, usize, usize)> {
         let (size, runs) = item.split_once(':')?;
@@ -141,6 +145,7 @@ async fn baseline(
     server: &mut ServerCost,
 ) -> anyhow::Result<Duration> {
     let served = bench.server_metrics().await?;
+    bench.settle().await?;
     let (before, clients) = (bench.server_cpu()?, clients_cpu(bench)?);
     let took = bench.baseline(&prefix, m, n, window).await?;
     server.until_running += bench.server_cpu()? - before;
