@@ -139,14 +139,6 @@ impl Bench {
         Ok(Scrape::parse(&self.client.request_text(request).await?))
     }
 
-    /// Has the API server collect its garbage now (its heap profile, asked for after a
-    /// collection), so a run does not find a collection left due by the run before it.
-    pub async fn collect_garbage(&self) -> anyhow::Result<()> {
-        let request = axum::http::Request::get("/debug/pprof/heap?gc=1&debug=1").body(vec![])?;
-        self.client.request_text(request).await?;
-        Ok(())
-    }
-
     /// CPU seconds the API server and etcd have used so far.
     pub fn server_cpu(&self) -> anyhow::Result<f64> {
         self.server_pids.iter().map(|pid| cpu_seconds(*pid)).sum()

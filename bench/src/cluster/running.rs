@@ -55,7 +55,6 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             // does the same) must not fall in either side's run.
             let served = bench.server_metrics().await?;
             let scrape = bench.metrics().await?;
-            bench.collect_garbage().await?;
             bench.settle().await?;
             let server = bench.server_cpu()?;
             let (own, clients) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?);
@@ -146,7 +145,6 @@ async fn baseline(
     server: &mut ServerCost,
 ) -> anyhow::Result<Duration> {
     let served = bench.server_metrics().await?;
-    bench.collect_garbage().await?;
     bench.settle().await?;
     let (before, clients) = (bench.server_cpu()?, clients_cpu(bench)?);
     let took = bench.baseline(&prefix, m, n, window).await?;
