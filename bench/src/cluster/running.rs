@@ -50,12 +50,8 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             if run % 2 == 1 {
                 base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
             }
-            // The API server's metrics are read outside the CPU window and before a settle:
-            // rendering them costs it, and what it does after answering (the limit's side below
-            // does the same) must not fall in either side's run.
-            let served = bench.server_metrics().await?;
             let scrape = bench.metrics().await?;
-            bench.settle().await?;
+            let served = served_then_quiet(bench).await?;
             let server = bench.server_cpu()?;
             let (own, clients) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?);
             let prefix = format!("r{m}x{n}-{run}");
@@ -144,8 +140,7 @@ async fn baseline(
     (m, n, window): (usize, usize, usize),
     server: &mut ServerCost,
 ) -> anyhow::Result<Duration> {
-    let served = bench.server_metrics().await?;
-    bench.settle().await?;
+    let served = served_then_quiet(bench).await?;
     let (before, clients) = (bench.server_cpu()?, clients_cpu(bench)?);
     let took = bench.baseline(&prefix, m, n, window).await?;
     server.until_running += bench.server_cpu()? - before;
@@ -155,6 +150,15 @@ async fn baseline(
     server.served.add(&bench.server_metrics().await?.since(&served));
     bench.empty(&bench.base_ns).await?;
     Ok(took)
+}
+
+/// What the API server has served so far, read before a side's clock and CPU window start, on
+/// both sides alike: rendering its metrics costs it, so a settle follows, and what it does after
+/// answering falls in neither side's run.
+async fn served_then_quiet(bench: &Bench) -> anyhow::Result<Scrape> {
+    let served = bench.server_metrics().await?;
+    bench.settle().await?;
+    Ok(served)
 }
 
 /// The CPU seconds of every client of the API server the bench runs: the orchestrator, and this
