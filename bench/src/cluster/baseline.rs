@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::harness::{Bench, Marks, RUN_LABEL, SUBMITTERS, median, took, watch_until};
+use super::harness::{Bench, Marks, RUN_LABEL, SUBMITTERS, Start, median, took, watch_until};
 use super::jobs::{JobPods, all_ready, job, job_running};
 
 /// Windows the sweep tries (those above a run's object count are the same as all at once).
@@ -74,7 +74,7 @@ impl Bench {
         let writer = self.status_writer(prefix, m, n + 1, status).await?;
         self.namespace_identity().await?;
         let (submitters, window) = (Arc::new(Semaphore::new(SUBMITTERS)), Arc::new(Semaphore::new(concurrency)));
-        let start = Instant::now();
+        let start = self.clock(Start::Quiet).await?;
         let mut creates = JoinSet::new();
         for i in 0..m {
             let (jobs, submitters, window) = (jobs.clone(), submitters.clone(), window.clone());

@@ -11,7 +11,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
 use super::Row;
-use super::harness::{Bench, Marks, took, watch_until};
+use super::harness::{Bench, Marks, Start, took, watch_until};
 
 const BIG: usize = 1000;
 const SMALL: usize = 3;
@@ -36,7 +36,7 @@ pub async fn measure(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         first_pod.await??;
         small_jobs(bench, "fs").await
     };
-    let (big, beside) = tokio::join!(bench.submit("fbig", 1, BIG), beside);
+    let (big, beside) = tokio::join!(bench.submit_when("fbig", 1, BIG, |_| {}, Start::Now), beside);
     let (big, beside) = (big?, beside?);
     bench.settle().await?;
 
@@ -78,7 +78,7 @@ async fn small_jobs(bench: &Bench, prefix: &str) -> anyhow::Result<Small> {
         })
     };
     let seen = watch_until(events, "", each_has_one).await?;
-    let marks = bench.submit(prefix, SMALL, COLLECTORS).await?;
+    let marks = bench.submit_when(prefix, SMALL, COLLECTORS, |_| {}, Start::Now).await?;
     let first_events = took(seen, marks.start, Duration::from_secs(120), &format!("{prefix}: an event each")).await?;
     Ok(Small { marks, first_events })
 }
