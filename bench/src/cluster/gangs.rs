@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use di_api::{DIJob, Phase};
@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 use super::baseline::WINDOWS;
 use super::empty::until_none;
-use super::harness::{self, Bench, RUN_LABEL, SUBMITTERS, took, watch_until};
+use super::harness::{self, Bench, RUN_LABEL, SUBMITTERS, Start, took, watch_until};
 use super::limit::{Limit, Pairs};
 
 /// GPUs of one simulated node, as a common 8-GPU training server.
@@ -96,7 +96,7 @@ impl Bench {
         })
         .await?;
         let permits = Arc::new(Semaphore::new(SUBMITTERS));
-        let start = Instant::now();
+        let start = self.clock(Start::Quiet).await?;
         let mut creates = JoinSet::new();
         for i in 0..m {
             let (jobs, permits, job) = (jobs.clone(), permits.clone(), gang_job(&format!("{prefix}-{i}"), w, prefix));
@@ -124,7 +124,7 @@ impl Bench {
         let status = json!({"status": {"phase": "Running", "replicas": w, "readyReplicas": w}});
         let writer = self.status_writer(prefix, m, w, status).await?;
         let (submitters, window) = (Arc::new(Semaphore::new(SUBMITTERS)), Arc::new(Semaphore::new(window)));
-        let start = Instant::now();
+        let start = self.clock(Start::Quiet).await?;
         let mut creates = JoinSet::new();
         for i in 0..m {
             let (jobs, submitters, window) = (jobs.clone(), submitters.clone(), window.clone());

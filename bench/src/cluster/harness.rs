@@ -165,12 +165,10 @@ impl Bench {
     }
 
     /// The start of a run's clock, once the side's own preparations (its watches, the limit's
-    /// ServiceAccount) are done. After a settle unless the run is meant to meet another's
-    /// (`Start::Now`): the limit's preparations are more requests than the orchestrator's side
-    /// makes before its clock, and a run started right after them found the API server warm,
-    /// where the other started from a quiet second (one job of 10, 15 runs a side, commit
-    /// 202c437: the API server answered the DIJob's create in 1.9 ms on the limit's side and
-    /// 3.5 ms on the orchestrator's).
+    /// ServiceAccount) are done: after a settle, unless the run is meant to meet another's
+    /// (`Start::Now`). The limit's side makes more requests before its clock than the
+    /// orchestrator's, and a run started right after them found the API server warm
+    /// (docs/PERFORMANCE.md, after commit 202c437).
     pub async fn clock(&self, start: Start) -> anyhow::Result<Instant> {
         if start == Start::Quiet {
             self.settle().await?;
