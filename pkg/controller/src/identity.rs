@@ -123,19 +123,25 @@ pub async fn keep_policy(client: Client) {
 /// keep another manager's entries in a set (`validationActions: [Warn]` beside our `Deny`). An
 /// update that changes nothing is no write (the resourceVersion stays), so this ends the
 /// keeper's loop. Says whether anything was written.
-async fn put_back<K>(api: &Api<K>, mut desired: K) -> Result<bool, kube::Error>
+///
+/// One deleted between the read and the update (a cleanup meeting a start) is created again:
+/// its update's 404 is no answer about the API. A write meeting another writer's is a 409, which
+/// callers retry.
+async fn put_back<K>(api: &Api<K>, desired: K) -> Result<bool, kube::Error>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
     let params = kube::api::PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-    match api.get_opt(SHARED).await? {
-        None => api.create(&params, &desired).await.map(|_| true),
-        Some(live) => {
-            let before = live.meta().resource_version.clone();
-            desired.meta_mut().resource_version = before.clone();
-            let written = api.replace(SHARED, &params, &desired).await?;
-            Ok(written.meta().resource_version != before)
-        }
+    let Some(live) = api.get_opt(SHARED).await? else {
+        return api.create(&params, &desired).await.map(|_| true);
+    };
+    let before = live.meta().resource_version.clone();
+    let mut update = desired.clone();
+    update.meta_mut().resource_version = before.clone();
+    match api.replace(SHARED, &params, &update).await {
+        Ok(written) => Ok(written.meta().resource_version != before),
+        Err(kube::Error::Api(status)) if status.code == 404 => api.create(&params, &desired).await.map(|_| true),
+        Err(error) => Err(error),
     }
 }
 
@@ -159,5 +165,53 @@ impl Namespaces {
 
     pub fn forget(&self, namespace: &str) {
         self.0.lock().expect("namespaces lock").remove(namespace);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use di_testing::Answer;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The policy read back, then deleted by someone else before the update lands.
+    #[tokio::test]
+    async fn a_policy_deleted_between_read_and_update_is_created_again() {
+        let (client, log) = di_testing::client(|call| match call.method.as_str() {
+            "GET" => Some(Answer::json(200, json!({"metadata": {"name": SHARED, "resourceVersion": "7"}}))),
+            "PUT" => Some(Answer::status(404, "validatingadmissionpolicies \"di-replicas\" not found")),
+            _ => None,
+        });
+        let written = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await;
+        assert!(written.expect("created again"), "a create is a write");
+        let calls = log.calls();
+        let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
+        assert_eq!(methods, ["GET", "PUT", "POST"]);
+        assert_eq!(calls[1].body["metadata"]["resourceVersion"], "7", "the update is conditional on what was read");
+        assert!(calls[2].body["metadata"].get("resourceVersion").is_none(), "a create carries no resourceVersion");
+    }
+
+    /// An update that finds nothing to change is no write: the keeper's loop ends there.
+    #[tokio::test]
+    async fn an_unchanged_policy_is_no_write() {
+        let stored = json!({"metadata": {"name": SHARED, "resourceVersion": "7"}});
+        let (client, _) =
+            di_testing::client(move |call| Some(Answer::json(200, stored.clone())).filter(|_| call.method != "POST"));
+        let written = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await;
+        assert!(!written.expect("updated"));
+    }
+
+    /// Another writer's create or update first: a 409 for the caller's retry, not a create.
+    #[tokio::test]
+    async fn a_conflicting_update_is_left_to_the_retry() {
+        let (client, log) = di_testing::client(|call| match call.method.as_str() {
+            "GET" => Some(Answer::json(200, json!({"metadata": {"name": SHARED, "resourceVersion": "7"}}))),
+            "PUT" => Some(Answer::status(409, "the object has been modified")),
+            _ => None,
+        });
+        let error = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await.unwrap_err();
+        assert!(crate::discovery::is_transient(&error), "{error}");
+        assert_eq!(log.calls().len(), 2);
     }
 }
