@@ -170,21 +170,28 @@ impl Namespaces {
 
 #[cfg(test)]
 mod tests {
-    use di_testing::Answer;
+    use di_testing::{Answer, Log};
     use serde_json::json;
 
     use super::*;
 
+    /// A stored policy at resourceVersion 7, its update answered `put` (default: as if written
+    /// unchanged), and the rest as the fake answers by default.
+    fn stored(put: Option<(u16, &'static str)>) -> (Api<ValidatingAdmissionPolicy>, Log) {
+        let stored = json!({"metadata": {"name": SHARED, "resourceVersion": "7"}});
+        let (client, log) = di_testing::client(move |call| match (call.method.as_str(), put) {
+            ("GET", _) | ("PUT", None) => Some(Answer::json(200, stored.clone())),
+            ("PUT", Some((code, message))) => Some(Answer::status(code, message)),
+            _ => None,
+        });
+        (Api::all(client), log)
+    }
+
     /// The policy read back, then deleted by someone else before the update lands.
     #[tokio::test]
     async fn a_policy_deleted_between_read_and_update_is_created_again() {
-        let (client, log) = di_testing::client(|call| match call.method.as_str() {
-            "GET" => Some(Answer::json(200, json!({"metadata": {"name": SHARED, "resourceVersion": "7"}}))),
-            "PUT" => Some(Answer::status(404, "validatingadmissionpolicies \"di-replicas\" not found")),
-            _ => None,
-        });
-        let written = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await;
-        assert!(written.expect("created again"), "a create is a write");
+        let (policies, log) = stored(Some((404, "validatingadmissionpolicies \"di-replicas\" not found")));
+        assert!(put_back(&policies, policy()).await.expect("created again"), "a create is a write");
         let calls = log.calls();
         let methods: Vec<&str> = calls.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(methods, ["GET", "PUT", "POST"]);
@@ -195,22 +202,15 @@ mod tests {
     /// An update that finds nothing to change is no write: the keeper's loop ends there.
     #[tokio::test]
     async fn an_unchanged_policy_is_no_write() {
-        let stored = json!({"metadata": {"name": SHARED, "resourceVersion": "7"}});
-        let (client, _) =
-            di_testing::client(move |call| Some(Answer::json(200, stored.clone())).filter(|_| call.method != "POST"));
-        let written = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await;
-        assert!(!written.expect("updated"));
+        let (policies, _) = stored(None);
+        assert!(!put_back(&policies, policy()).await.expect("updated"));
     }
 
     /// Another writer's create or update first: a 409 for the caller's retry, not a create.
     #[tokio::test]
     async fn a_conflicting_update_is_left_to_the_retry() {
-        let (client, log) = di_testing::client(|call| match call.method.as_str() {
-            "GET" => Some(Answer::json(200, json!({"metadata": {"name": SHARED, "resourceVersion": "7"}}))),
-            "PUT" => Some(Answer::status(409, "the object has been modified")),
-            _ => None,
-        });
-        let error = put_back(&Api::<ValidatingAdmissionPolicy>::all(client), policy()).await.unwrap_err();
+        let (policies, log) = stored(Some((409, "the object has been modified")));
+        let error = put_back(&policies, policy()).await.unwrap_err();
         assert!(crate::discovery::is_transient(&error), "{error}");
         assert_eq!(log.calls().len(), 2);
     }
