@@ -132,17 +132,17 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
     let params = kube::api::PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-    let Some(live) = api.get_opt(SHARED).await? else {
-        return api.create(&params, &desired).await.map(|_| true);
-    };
-    let before = live.meta().resource_version.clone();
-    let mut update = desired.clone();
-    update.meta_mut().resource_version = before.clone();
-    match api.replace(SHARED, &params, &update).await {
-        Ok(written) => Ok(written.meta().resource_version != before),
-        Err(kube::Error::Api(status)) if status.code == 404 => api.create(&params, &desired).await.map(|_| true),
-        Err(error) => Err(error),
+    if let Some(live) = api.get_opt(SHARED).await? {
+        let before = live.meta().resource_version.clone();
+        let mut update = desired.clone();
+        update.meta_mut().resource_version = before.clone();
+        match api.replace(SHARED, &params, &update).await {
+            Ok(written) => return Ok(written.meta().resource_version != before),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error),
+        }
     }
+    api.create(&params, &desired).await.map(|_| true)
 }
 
 /// The admission policy was asked for and cannot be had, and why.
