@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use backon::Retryable;
+use di_client::is_status;
 use kube::Client;
 use tracing::warn;
 
@@ -34,7 +35,7 @@ pub fn pauses() -> backon::ExponentialBuilder {
 pub async fn serves_once(client: &Client, api_version: &str, plural: &str) -> Result<bool, kube::Error> {
     match client.list_api_group_resources(api_version).await {
         Ok(list) => Ok(list.resources.iter().any(|r| r.name == plural)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) if is_status(&e, 404) => Ok(false),
         Err(e) => Err(e),
     }
 }

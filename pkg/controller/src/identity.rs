@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::Retryable;
+use di_client::is_status;
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use kube::{Api, Client};
 use tracing::{info, warn};
@@ -138,7 +139,7 @@ where
         update.meta_mut().resource_version = before.clone();
         match api.replace(SHARED, &params, &update).await {
             Ok(written) => return Ok(written.meta().resource_version != before),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) if is_status(&error, 404) => {}
             Err(error) => return Err(error),
         }
     }
