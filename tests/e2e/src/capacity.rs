@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use di_client::is_status;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -64,7 +65,7 @@ pub async fn register(client: &Client, shape: &NodeShape) -> Result<(), kube::Er
     });
     match nodes.create(&PostParams::default(), &serde_json::from_value(node).expect("a Node")).await {
         Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {
+        Err(e) if is_status(&e, 409) => {
             let patch = json!({"metadata": {"labels": labels}});
             nodes.patch(&shape.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         }
@@ -94,7 +95,7 @@ pub async fn unregister(client: &Client, name: &str) -> Result<(), kube::Error> 
     let nodes: Api<Node> = Api::all(client.clone());
     match nodes.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) if is_status(&e, 404) => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -1,5 +1,6 @@
 //! One queue scenario's Kueue objects.
 
+use di_client::is_status;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -87,7 +88,7 @@ impl TestQueue {
         for (kind, plural) in [("ClusterQueue", "clusterqueues"), ("ResourceFlavor", "resourceflavors")] {
             match self.api(kind, plural, None).delete(&self.name, &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) if is_status(&e, 404) => {}
                 Err(e) => panic!("deleting {kind} {}: {e}", self.name),
             }
         }
