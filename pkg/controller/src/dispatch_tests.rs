@@ -19,9 +19,57 @@ fn a_job_asked_for_twice_waits_once_and_one_asked_for_while_it_runs_runs_again()
     assert_eq!(queue.next(1), None, "one pass at a time");
     queue.ask("a");
     queue.done("a", Requeue::await_change());
+    assert_eq!(queue.next(2), Some("a"), "asked for while it ran: after the pass, and first, as it had one");
     assert_eq!(queue.next(2), Some("b"));
-    assert_eq!(queue.next(2), Some("a"), "asked for while it ran: after the pass");
     assert_eq!(queue.next(2), None);
+}
+
+#[test]
+fn a_job_that_had_a_pass_goes_before_jobs_that_never_had_one_until_it_is_gone() {
+    let mut queue = Queue::new();
+    for job in ["a", "b", "c"] {
+        queue.ask(job);
+    }
+    assert_eq!(queue.next(1), Some("a"));
+    queue.done("a", Requeue::await_change());
+    queue.ask("a");
+    assert_eq!(queue.next(1), Some("a"), "a had a pass: before b and c, asked for earlier");
+    queue.ask("a");
+    queue.done("a", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("a"), "asked for while it ran: still first");
+    queue.done("a", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("b"), "then the others in the order asked");
+    // b found gone from the store, then made again.
+    queue.gone("b");
+    queue.ask("b");
+    queue.ask("a");
+    assert_eq!(queue.next(1), Some("a"));
+    queue.done("a", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("c"), "b is new again: after c, asked for before it");
+    queue.done("c", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("b"));
+}
+
+#[test]
+fn a_new_job_gets_a_slot_after_a_few_known_ones_in_a_row() {
+    let mut queue = Queue::new();
+    let known = ["k1", "k2", "k3", "k4", "k5", "k6"];
+    for job in known {
+        queue.ask(job);
+        assert_eq!(queue.next(1), Some(job));
+        queue.done(job, Requeue::await_change());
+    }
+    queue.ask("new");
+    for job in known {
+        queue.ask(job);
+    }
+    let order: Vec<_> = std::iter::from_fn(|| {
+        let job = queue.next(1)?;
+        queue.done(job, Requeue::await_change());
+        Some(job)
+    })
+    .collect();
+    assert_eq!(order, ["k1", "k2", "k3", "k4", "new", "k5", "k6"]);
 }
 
 #[tokio::test(start_paused = true)]
