@@ -116,7 +116,8 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         Some(job)
     }
 
-    /// `job`'s pass ended (or did not run: `requeue` is then `await_change`).
+    /// `job`'s pass ended, and it counts as known from now (or it did not run: see [`Self::gone`],
+    /// which forgets it again).
     fn done(&mut self, job: T, requeue: Requeue) {
         self.running.remove(&job);
         self.known.insert(job.clone());
