@@ -116,11 +116,22 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         Some(job)
     }
 
-    /// `job`'s pass ended, and it counts as known from now (or it did not run: see [`Self::gone`],
-    /// which forgets it again).
+    /// `job`'s pass ended: it counts as known from now.
     fn done(&mut self, job: T, requeue: Requeue) {
-        self.running.remove(&job);
         self.known.insert(job.clone());
+        self.release(job, requeue);
+    }
+
+    /// `job` is not in the store (deleted after it was asked for): no pass, and it counts as new
+    /// again, so a job of the same name (even one asked for meanwhile) waits as a new one.
+    fn gone(&mut self, job: T) {
+        self.known.remove(&job);
+        self.release(job, Requeue::await_change());
+    }
+
+    /// Frees `job`'s slot: asked for meanwhile, it waits again; otherwise its timer, if any, is set.
+    fn release(&mut self, job: T, requeue: Requeue) {
+        self.running.remove(&job);
         if self.again.remove(&job) {
             self.ask(job);
         } else if let Requeue(Some(after)) = requeue {
@@ -129,13 +140,6 @@ impl<T: Clone + Eq + Hash> Queue<T> {
                 self.timers.remove(&earlier);
             }
         }
-    }
-
-    /// `job` is not in the store (deleted after it was asked for): no pass, and a job of the same
-    /// name made later waits as a new one.
-    fn gone(&mut self, job: T) {
-        self.done(job.clone(), Requeue::await_change());
-        self.known.remove(&job);
     }
 
     /// Resolves with the next job whose timer is due; pending while no timer is set.

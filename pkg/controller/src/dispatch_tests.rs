@@ -48,6 +48,16 @@ fn a_job_that_had_a_pass_goes_before_jobs_that_never_had_one_until_it_is_gone() 
     assert_eq!(queue.next(1), Some("c"), "b is new again: after c, asked for before it");
     queue.done("c", Requeue::await_change());
     assert_eq!(queue.next(1), Some("b"));
+    queue.done("b", Requeue::await_change());
+    // c's pass finds it gone while c, made again, is asked for: c waits as new, after d.
+    queue.ask("d");
+    queue.ask("c");
+    assert_eq!(queue.next(1), Some("c"));
+    queue.ask("c");
+    queue.gone("c");
+    assert_eq!(queue.next(1), Some("d"), "c asked for meanwhile, but new again: after d");
+    queue.done("d", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("c"));
 }
 
 #[test]
