@@ -52,7 +52,7 @@ async fn dispatcher() -> Vec<Duration> {
     let stopped = async {
         let _ = stopped.await;
     };
-    let dispatching = tokio::spawn(dispatch::run(store, received, 1, stopped, pass));
+    let dispatching = tokio::spawn(dispatch::run(store, received, 1, |_: &ObjectRef<ConfigMap>| false, stopped, pass));
     let mut waits = vec![];
     for _ in 0..REQUESTS {
         tokio::time::sleep(APART).await;

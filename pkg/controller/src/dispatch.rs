@@ -1,13 +1,17 @@
 //! Runs a job's pass as soon as something asks for it: at most `concurrency` passes at once, never
 //! two of the same job, and a job asked for while its pass runs gets one more pass right after.
 //!
-//! A job that has had a pass goes before jobs that never had one, [`KNOWN_IN_A_ROW`] at a time.
-//! A job's first pass creates its pods and Services and holds its slot while its creates wait for
-//! the budget all passes share; later passes mostly write what the pods did. In one queue, 100
-//! jobs started together kept a job whose pods all ran behind every first pass still waiting for
-//! a slot: its status came a median 2.6 s after its pods (slowest 7.2 s; the limit's status writer
-//! 0.25 s and 0.63 s). After that many known jobs in a row a new job gets the slot, so jobs whose
-//! pods keep changing cannot keep new jobs from starting.
+//! Jobs wait in the order they were asked for, but a job whose pass would write that it runs
+//! (`first`: its pods all run) goes before them, [`FIRST_IN_A_ROW`] at a time. A job's first pass
+//! creates its pods and Services and holds its slot while its creates wait for the budget all
+//! passes share. In one line, 100 jobs started together kept a job whose pods all ran behind
+//! every first pass still waiting for a slot: its status came a median 2.6 s after its pods
+//! (slowest 7.2 s; the limit's status writer 0.25 s and 0.63 s). Letting every job that had a pass
+//! go first (commit dadc942) gave a prompt status, but passed each job about six times rather
+//! than four: its passes that only count progress, or read its own status write back, no longer
+//! waited in line, where the asks that came meanwhile join one pass. After that many jobs in a
+//! row went first while others waited, the line gets the slot, so jobs whose pods keep changing
+//! cannot keep new jobs from starting.
 //!
 //! kube-runtime's `Controller` does the same, but every request, even one for now, waits in its
 //! scheduler's `DelayQueue` for a timer: it rounds deadlines up to the next millisecond, and the
@@ -32,8 +36,8 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key;
 use tracing::debug;
 
-/// Known jobs given a slot in a row while a new job waits: then the new job's turn.
-const KNOWN_IN_A_ROW: usize = 4;
+/// Jobs given a slot ahead of the line, in a row, while the line waits: then the line's turn.
+const FIRST_IN_A_ROW: usize = 4;
 
 /// When a job's next pass comes if nothing asks for one before: after a while, or not at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,31 +53,31 @@ impl Requeue {
     }
 }
 
-/// Which jobs wait for a pass (those that had one before first), which have one running, and
-/// which asked again meanwhile.
-struct Queue<T> {
+/// Which jobs wait for a pass (those `first` picks ahead of the line), which have one running,
+/// and which asked again meanwhile.
+struct Queue<T, F> {
     ready: VecDeque<T>,
-    /// Jobs waiting that had a pass before: they go first.
-    known_ready: VecDeque<T>,
-    /// Jobs that had a pass, until one finds them gone from the store.
-    known: HashSet<T>,
-    /// Known jobs given a slot in a row while a new one waited.
+    /// Jobs waiting that `first` picked when they were asked for: they go first.
+    first_ready: VecDeque<T>,
+    first: F,
+    /// Jobs given a slot ahead of the line in a row while the line waited.
     streak: usize,
-    queued: HashSet<T>,
+    /// Jobs waiting, and whether they go first.
+    queued: HashMap<T, bool>,
     running: HashSet<T>,
     again: HashSet<T>,
     timers: DelayQueue<T>,
     timed: HashMap<T, Key>,
 }
 
-impl<T: Clone + Eq + Hash> Queue<T> {
-    fn new() -> Queue<T> {
+impl<T: Clone + Eq + Hash, F: Fn(&T) -> bool> Queue<T, F> {
+    fn new(first: F) -> Queue<T, F> {
         Queue {
             ready: VecDeque::new(),
-            known_ready: VecDeque::new(),
-            known: HashSet::new(),
+            first_ready: VecDeque::new(),
+            first,
             streak: 0,
-            queued: HashSet::new(),
+            queued: HashMap::new(),
             running: HashSet::new(),
             again: HashSet::new(),
             timers: DelayQueue::new(),
@@ -82,20 +86,28 @@ impl<T: Clone + Eq + Hash> Queue<T> {
     }
 
     /// A pass for `job` now. It stands for any pass it had waiting on a timer: the pass that
-    /// runs says when the next is due.
+    /// runs says when the next is due. A job waiting in line that `first` picks now leaves the
+    /// line for the jobs that go first.
     fn ask(&mut self, job: T) {
         if let Some(key) = self.timed.remove(&job) {
             self.timers.remove(&key);
         }
         if self.running.contains(&job) {
             self.again.insert(job);
-        } else if self.queued.insert(job.clone()) {
-            if self.known.contains(&job) {
-                self.known_ready.push_back(job);
-            } else {
-                self.ready.push_back(job);
-            }
+            return;
         }
+        let first = (self.first)(&job);
+        match self.queued.get(&job) {
+            None if first => self.first_ready.push_back(job.clone()),
+            None => self.ready.push_back(job.clone()),
+            Some(false) if first => {
+                self.ready.retain(|waiting| *waiting != job);
+                self.first_ready.push_back(job.clone());
+            }
+            // Already where it belongs, or already picked to go first.
+            Some(_) => return,
+        }
+        self.queued.insert(job, first);
     }
 
     /// The next job to pass, if fewer than `concurrency` passes run; it counts as running.
@@ -103,34 +115,22 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         if self.running.len() >= concurrency {
             return None;
         }
-        let new_turn = self.known_ready.is_empty() || (self.streak >= KNOWN_IN_A_ROW && !self.ready.is_empty());
-        let job = if new_turn {
+        let line_turn = self.first_ready.is_empty() || (self.streak >= FIRST_IN_A_ROW && !self.ready.is_empty());
+        let job = if line_turn {
             self.streak = 0;
             self.ready.pop_front()?
         } else {
             self.streak += usize::from(!self.ready.is_empty());
-            self.known_ready.pop_front()?
+            self.first_ready.pop_front()?
         };
         self.queued.remove(&job);
         self.running.insert(job.clone());
         Some(job)
     }
 
-    /// `job`'s pass ended: it counts as known from now.
+    /// `job`'s pass ended, or found it gone from the store. Frees its slot: asked for meanwhile,
+    /// it waits again; otherwise its timer, if any, is set.
     fn done(&mut self, job: T, requeue: Requeue) {
-        self.known.insert(job.clone());
-        self.release(job, requeue);
-    }
-
-    /// `job` is not in the store (deleted after it was asked for): no pass, and it counts as new
-    /// again, so a job of the same name (even one asked for meanwhile) waits as a new one.
-    fn gone(&mut self, job: T) {
-        self.known.remove(&job);
-        self.release(job, Requeue::await_change());
-    }
-
-    /// Frees `job`'s slot: asked for meanwhile, it waits again; otherwise its timer, if any, is set.
-    fn release(&mut self, job: T, requeue: Requeue) {
         self.running.remove(&job);
         if self.again.remove(&job) {
             self.ask(job);
@@ -157,11 +157,13 @@ impl<T: Clone + Eq + Hash> Queue<T> {
 
 /// Runs `pass` for every job `asks` names, as the module says, until `shutdown` resolves; then
 /// waits for the passes running and starts no other. A job not in `store` gets no pass (it was
-/// deleted after it was asked for).
+/// deleted after it was asked for). `first` says, as a job is asked for, whether it goes ahead
+/// of the line.
 pub async fn run<K, P, F>(
     store: Store<K>,
     asks: impl Stream<Item = ObjectRef<K>>,
     concurrency: usize,
+    first: impl Fn(&ObjectRef<K>) -> bool,
     shutdown: impl Future<Output = ()>,
     pass: P,
 ) where
@@ -170,7 +172,7 @@ pub async fn run<K, P, F>(
     P: Fn(Arc<K>) -> F,
     F: Future<Output = Requeue>,
 {
-    let mut queue = Queue::new();
+    let mut queue = Queue::new(first);
     let mut running = FuturesUnordered::new();
     let (mut asks, mut asks_open) = (std::pin::pin!(asks), true);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -183,7 +185,7 @@ pub async fn run<K, P, F>(
                 }
                 None => {
                     debug!("{job} is gone: no pass");
-                    queue.gone(job);
+                    queue.done(job, Requeue::await_change());
                 }
             }
         }

@@ -9,68 +9,64 @@ use tokio::time::Instant;
 
 use super::*;
 
+/// A queue whose `first` picks the jobs in `picked`, which a test changes as it goes.
+fn queue(picked: &Arc<Mutex<HashSet<&'static str>>>) -> Queue<&'static str, impl Fn(&&'static str) -> bool + use<>> {
+    let picked = picked.clone();
+    Queue::new(move |job: &&'static str| picked.lock().unwrap().contains(job))
+}
+
 #[test]
 fn a_job_asked_for_twice_waits_once_and_one_asked_for_while_it_runs_runs_again() {
-    let mut queue = Queue::new();
+    let mut queue = queue(&Arc::default());
     queue.ask("a");
     queue.ask("b");
     queue.ask("a");
     assert_eq!(queue.next(1), Some("a"));
     assert_eq!(queue.next(1), None, "one pass at a time");
     queue.ask("a");
+    queue.ask("c");
     queue.done("a", Requeue::await_change());
-    assert_eq!(queue.next(2), Some("a"), "asked for while it ran: after the pass, and first, as it had one");
-    assert_eq!(queue.next(2), Some("b"));
-    assert_eq!(queue.next(2), None);
+    assert_eq!(queue.next(3), Some("b"), "in the order asked for");
+    assert_eq!(queue.next(3), Some("c"));
+    assert_eq!(queue.next(3), Some("a"), "asked for while it ran: in line after its pass");
+    assert_eq!(queue.next(3), None);
 }
 
 #[test]
-fn a_job_that_had_a_pass_goes_before_jobs_that_never_had_one_until_it_is_gone() {
-    let mut queue = Queue::new();
-    for job in ["a", "b", "c"] {
+fn a_job_picked_to_go_first_goes_before_the_line_even_one_that_waits_in_it() {
+    let picked = Arc::default();
+    let mut queue = queue(&picked);
+    for job in ["a", "b", "c", "d"] {
         queue.ask(job);
     }
-    assert_eq!(queue.next(1), Some("a"));
-    queue.done("a", Requeue::await_change());
-    queue.ask("a");
-    assert_eq!(queue.next(1), Some("a"), "a had a pass: before b and c, asked for earlier");
-    queue.ask("a");
-    queue.done("a", Requeue::await_change());
-    assert_eq!(queue.next(1), Some("a"), "asked for while it ran: still first");
-    queue.done("a", Requeue::await_change());
-    assert_eq!(queue.next(1), Some("b"), "then the others in the order asked");
-    // b found gone from the store, then made again.
-    queue.gone("b");
-    queue.ask("b");
-    queue.ask("a");
-    assert_eq!(queue.next(1), Some("a"));
-    queue.done("a", Requeue::await_change());
-    assert_eq!(queue.next(1), Some("c"), "b is new again: after c, asked for before it");
-    queue.done("c", Requeue::await_change());
-    assert_eq!(queue.next(1), Some("b"));
-    queue.done("b", Requeue::await_change());
-    // c's pass finds it gone while c, made again, is asked for: c waits as new, after d.
+    picked.lock().unwrap().insert("d");
     queue.ask("d");
-    queue.ask("c");
-    assert_eq!(queue.next(1), Some("c"));
-    queue.ask("c");
-    queue.gone("c");
-    assert_eq!(queue.next(1), Some("d"), "c asked for meanwhile, but new again: after d");
+    assert_eq!(queue.next(1), Some("d"), "picked while it waited in line: it leaves the line");
+    picked.lock().unwrap().insert("e");
+    queue.ask("d");
+    queue.ask("e");
     queue.done("d", Requeue::await_change());
-    assert_eq!(queue.next(1), Some("c"));
+    assert_eq!(queue.next(1), Some("e"), "picked when asked for: before the line");
+    queue.done("e", Requeue::await_change());
+    assert_eq!(queue.next(1), Some("d"), "asked for while it ran, still picked: first too");
+    queue.done("d", Requeue::await_change());
+    picked.lock().unwrap().clear();
+    queue.ask("e");
+    let order: Vec<_> = std::iter::from_fn(|| {
+        let job = queue.next(1)?;
+        queue.done(job, Requeue::await_change());
+        Some(job)
+    })
+    .collect();
+    assert_eq!(order, ["a", "b", "c", "e"], "no longer picked: in line");
 }
 
 #[test]
-fn a_new_job_gets_a_slot_after_a_few_known_ones_in_a_row() {
-    let mut queue = Queue::new();
-    let known = ["k1", "k2", "k3", "k4", "k5", "k6"];
-    for job in known {
-        queue.ask(job);
-        assert_eq!(queue.next(1), Some(job));
-        queue.done(job, Requeue::await_change());
-    }
+fn the_line_gets_a_slot_after_a_few_jobs_went_first_in_a_row() {
+    let picked = Arc::new(Mutex::new(HashSet::from(["k1", "k2", "k3", "k4", "k5", "k6"])));
+    let mut queue = queue(&picked);
     queue.ask("new");
-    for job in known {
+    for job in ["k1", "k2", "k3", "k4", "k5", "k6"] {
         queue.ask(job);
     }
     let order: Vec<_> = std::iter::from_fn(|| {
@@ -84,7 +80,7 @@ fn a_new_job_gets_a_slot_after_a_few_known_ones_in_a_row() {
 
 #[tokio::test(start_paused = true)]
 async fn a_requeue_waits_for_its_timer_and_an_ask_stands_for_it() {
-    let mut queue = Queue::new();
+    let mut queue = queue(&Arc::default());
     queue.ask("a");
     let a = queue.next(1).unwrap();
     queue.done(a, Requeue::after(Duration::from_secs(5)));
@@ -163,6 +159,7 @@ async fn a_request_for_now_runs_at_once_one_pass_a_job_at_a_time() {
         store,
         received,
         4,
+        |_: &ObjectRef<ConfigMap>| false,
         async {
             let _ = stopped.await;
         },
@@ -199,7 +196,7 @@ async fn a_requeued_job_passes_again_and_shutdown_waits_for_the_pass_under_way()
     asks.unbounded_send(job("a")).unwrap();
     // Stops while the second pass (at 11 s) runs.
     let shutdown = tokio::time::sleep(Duration::from_millis(11_500));
-    run(store, received, 1, shutdown, pass).await;
+    run(store, received, 1, |_: &ObjectRef<ConfigMap>| false, shutdown, pass).await;
     let passes: Vec<Duration> = log.passes.lock().unwrap().iter().map(|(_, at)| at.duration_since(start)).collect();
     assert_eq!(passes, [Duration::ZERO, Duration::from_secs(11)]);
     assert_eq!(start.elapsed(), Duration::from_secs(12));

@@ -140,6 +140,7 @@ pub async fn run(
     });
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
+    let arrived = starting.clone();
     let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
         .backoff(watch_backoff())
         .modify(JobView::slim)
@@ -193,7 +194,11 @@ pub async fn run(
         asks.push(asks_for(stream, &job_store, crate::workloads::job_of));
     }
     let concurrency = options.concurrency.into();
-    crate::dispatch::run(job_store, futures::stream::select_all(asks), concurrency, shutdown, move |job| {
+    // A job whose pods all run goes ahead of the line: its pass writes that it runs.
+    let first =
+        move |job: &ObjectRef<JobView>| arrived.arrived(job.namespace.as_deref().unwrap_or_default(), &job.name);
+    let asks = futures::stream::select_all(asks);
+    crate::dispatch::run(job_store, asks, concurrency, first, shutdown, move |job| {
         let ctx = context.clone();
         async move {
             match pass::reconcile(job.clone(), ctx.clone()).await {

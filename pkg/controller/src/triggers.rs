@@ -44,8 +44,16 @@ pub trait Changes<K> {
 /// starting, for what waits until a job is up (its Normal events, see `events`).
 #[derive(Clone)]
 pub struct Starting {
-    jobs: Arc<Mutex<HashMap<u64, usize>>>,
+    jobs: Arc<Mutex<HashMap<u64, Wait>>>,
     changed: Arc<tokio::sync::watch::Sender<()>>,
+}
+
+/// What a starting job waits for, and whether a report has shown it all (its pass is the one
+/// that writes that the job runs: the dispatcher lets it go first).
+#[derive(Clone, Copy)]
+struct Wait {
+    wants: usize,
+    arrived: bool,
 }
 
 impl Default for Starting {
@@ -60,9 +68,14 @@ impl Starting {
     pub fn set(&self, namespace: &str, job: &str, wants: Option<usize>) {
         let mut jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
         // Whether the job was starting before, and is now.
+        let key = job_key(namespace, job);
         let (before, now) = match wants {
-            Some(n) => (jobs.insert(job_key(namespace, job), n).is_some(), true),
-            None => (jobs.remove(&job_key(namespace, job)).is_some(), false),
+            Some(wants) => {
+                // A pass that finds the pods all there but not all ready yet leaves them arrived.
+                let arrived = jobs.get(&key).is_some_and(|w| w.wants == wants && w.arrived);
+                (jobs.insert(key, Wait { wants, arrived }).is_some(), true)
+            }
+            None => (jobs.remove(&key).is_some(), false),
         };
         drop(jobs);
         if before != now {
@@ -71,7 +84,21 @@ impl Starting {
     }
 
     fn wants(&self, key: u64) -> Option<usize> {
-        self.jobs.lock().expect("the starting jobs' lock is never poisoned").get(&key).copied()
+        self.jobs.lock().expect("the starting jobs' lock is never poisoned").get(&key).map(|w| w.wants)
+    }
+
+    /// A report showed the starting job with as many running pods as it wants.
+    fn arrive(&self, key: u64) {
+        if let Some(wait) = self.jobs.lock().expect("the starting jobs' lock is never poisoned").get_mut(&key) {
+            wait.arrived = true;
+        }
+    }
+
+    /// Whether the job is starting and a report showed all the running pods it wants: its next
+    /// pass writes that it runs.
+    pub fn arrived(&self, namespace: &str, job: &str) -> bool {
+        let jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
+        jobs.get(&job_key(namespace, job)).is_some_and(|w| w.arrived)
     }
 
     /// Resolves once the job is not starting: it runs with every pod it wants, it ended, it is
@@ -133,9 +160,13 @@ impl Changes<PodView> for PodChanges {
                 match before {
                     Some(b) if b.fingerprint == seen.fingerprint => Trigger::None,
                     _ if !moves_forward(before, seen) => Trigger::Now,
-                    _ => match seen.job.and_then(|job| Some((self.starting.wants(job)?, self.running_of(job)))) {
-                        Some((wants, running)) if running < wants => Trigger::Later,
-                        _ => Trigger::Now,
+                    _ => match seen.job.and_then(|job| Some((job, self.starting.wants(job)?, self.running_of(job)))) {
+                        Some((_, wants, running)) if running < wants => Trigger::Later,
+                        Some((job, _, _)) => {
+                            self.starting.arrive(job);
+                            Trigger::Now
+                        }
+                        None => Trigger::Now,
                     },
                 }
             }

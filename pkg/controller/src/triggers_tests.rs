@@ -58,11 +58,18 @@ fn a_starting_jobs_progress_waits_until_its_last_pod_runs() {
     assert_eq!(apply(&mut changes, 0, "2", json!({"phase": "Running"})), Trigger::Later, "one of three runs");
     assert_eq!(apply(&mut changes, 0, "3", ready()), Trigger::Later, "and is ready");
     assert_eq!(apply(&mut changes, 1, "2", ready()), Trigger::Later, "two of three");
+    assert!(!starting.arrived("ns", "job"), "not before its last pod runs");
     assert_eq!(apply(&mut changes, 2, "2", ready()), Trigger::Now, "the last one: the job may be running");
+    assert!(starting.arrived("ns", "job"), "its pass goes first");
+    starting.set("ns", "job", Some(3));
+    assert!(starting.arrived("ns", "job"), "a pass that found them not all ready keeps it first");
     // Another job's pods, and pods of a job no pass called starting, never wait.
     assert_eq!(changes.trigger(&Event::Apply(pod_of("other", 0, "1", json!({"phase": "Pending"})))), Trigger::Now);
     starting.set("ns", "job", None);
+    assert!(!starting.arrived("ns", "job"), "running: nothing to go first for");
     assert_eq!(apply(&mut changes, 3, "1", json!({"phase": "Pending"})), Trigger::Now, "the job runs");
+    starting.set("ns", "job", Some(4));
+    assert!(!starting.arrived("ns", "job"), "starting again, for more pods");
 }
 
 #[test]
