@@ -13,14 +13,14 @@
 //! row went first while others waited, the line gets the slot, so jobs whose pods keep changing
 //! cannot keep new jobs from starting.
 //!
-//! kube-runtime's `Controller` does the same, but every request, even one for now, waits in its
-//! scheduler's `DelayQueue` for a timer: it rounds deadlines up to the next millisecond, and the
-//! timer then fires on the runtime's next tick. On a single-threaded runtime as the orchestrator's
-//! (`examples/pass_delay.rs`), a request for now started its pass 2.1 ms later (median of 200;
-//! here 1 µs). A job runs after two such requests in a row (its create, then its last pod
-//! running), and a job of 10 collectors runs in about 55 ms on the bench's machine. So here a
-//! request for now runs at once, and only the passes a job asks for later (`Requeue`) wait on a
-//! timer.
+//! kube-runtime's `Controller` also runs a bounded number of passes, one a job, but every
+//! request, even one for now, waits in its scheduler's `DelayQueue` for a timer: it rounds
+//! deadlines up to the next millisecond, and the timer then fires on the runtime's next tick. On
+//! a single-threaded runtime as the orchestrator's (`examples/pass_delay.rs`), a request for now
+//! started its pass 2.1 ms later (median of 200; here 1 µs). A job runs after two such requests
+//! in a row (its create, then its last pod running), and a job of 10 collectors runs in about
+//! 55 ms on the bench's machine. So here a request for now runs at once, and only the passes a
+//! job asks for later (`Requeue`) wait on a timer.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
