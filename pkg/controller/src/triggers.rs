@@ -87,11 +87,13 @@ impl Starting {
         self.jobs.lock().expect("the starting jobs' lock is never poisoned").get(&key).map(|w| w.wants)
     }
 
-    /// A report showed the starting job with as many running pods as it wants.
-    fn arrive(&self, key: u64) {
-        if let Some(wait) = self.jobs.lock().expect("the starting jobs' lock is never poisoned").get_mut(&key) {
-            wait.arrived = true;
-        }
+    /// Whether the job, with `running` pods running, has as many as it wants (marking it
+    /// arrived when it has); `None` when it is not starting.
+    fn reached(&self, key: u64, running: usize) -> Option<bool> {
+        let mut jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
+        let wait = jobs.get_mut(&key)?;
+        wait.arrived |= running >= wait.wants;
+        Some(running >= wait.wants)
     }
 
     /// Whether the job is starting and a report showed all the running pods it wants: its next
@@ -160,13 +162,9 @@ impl Changes<PodView> for PodChanges {
                 match before {
                     Some(b) if b.fingerprint == seen.fingerprint => Trigger::None,
                     _ if !moves_forward(before, seen) => Trigger::Now,
-                    _ => match seen.job.and_then(|job| Some((job, self.starting.wants(job)?, self.running_of(job)))) {
-                        Some((_, wants, running)) if running < wants => Trigger::Later,
-                        Some((job, _, _)) => {
-                            self.starting.arrive(job);
-                            Trigger::Now
-                        }
-                        None => Trigger::Now,
+                    _ => match seen.job.and_then(|job| self.starting.reached(job, self.running_of(job))) {
+                        Some(false) => Trigger::Later,
+                        _ => Trigger::Now,
                     },
                 }
             }
