@@ -13,7 +13,8 @@
 //! the jobs took that much longer to run (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
 //! grants an HTTP/2 connection 100 streams unless its `--http2-max-streams-per-connection` says
 //! more; requests past that wait here for a stream. Pings every 30 s find an HTTP/2 connection
-//! that died quietly, since no read timeout can (watches are quiet for minutes). Not carried over
+//! that died quietly, since no read timeout can (watches are quiet for minutes). A connection idle
+//! for `IDLE_CLOSED_AFTER` is closed here before kube-apiserver closes it. Not carried over
 //! from kube's builder: the expiry of an exec plugin's client certificate (kube keeps that to
 //! itself); the orchestrator runs on a service account's token.
 
@@ -34,6 +35,14 @@ use crate::timing::Timing;
 const PING_EVERY: Duration = Duration::from_secs(30);
 const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(15);
 
+/// How long a connection may sit idle in the pool. kube-apiserver closes one idle for 90 s (its
+/// `IdleTimeout`), which is also hyper's default here: a request sent on a connection taken from
+/// the pool just as the server closes it fails with "connection closed before message completed",
+/// and a create cannot be sent again blindly (a bench invocation's limit died of it at one job of
+/// 1,000 collectors, after its window sweep left hundreds of connections idle). Go's transport
+/// retries such a request; closing idle connections well before the server does avoids it.
+const IDLE_CLOSED_AFTER: Duration = Duration::from_secs(60);
+
 /// Which HTTP the client speaks to the API server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Http {
@@ -48,6 +57,15 @@ pub enum Http {
 /// algorithm on, under which a request written in two pieces on a busy connection can wait up to
 /// 40 ms for the API server's delayed ACK (`docs/PERFORMANCE.md`, "Nagle's algorithm").
 pub fn client(config: &kube::Config, version: Http, timing: Option<Timing>) -> Result<kube::Client, kube::Error> {
+    pooled(config, version, timing, IDLE_CLOSED_AFTER)
+}
+
+fn pooled(
+    config: &kube::Config,
+    version: Http,
+    timing: Option<Timing>,
+    idle: Duration,
+) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     // A request's frames (HTTP/2: many streams' frames) must not wait for the last one's ACK.
@@ -77,6 +95,7 @@ pub fn client(config: &kube::Config, version: Http, timing: Option<Timing>) -> R
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(idle)
         .http2_keep_alive_interval(PING_EVERY)
         .http2_keep_alive_timeout(PING_ANSWERED_WITHIN)
         .build(connector);
@@ -89,4 +108,52 @@ pub fn client(config: &kube::Config, version: Http, timing: Option<Timing>) -> R
         .map_err(BoxError::from)
         .service(http);
     Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    use super::*;
+
+    /// A plain HTTP/1.1 server on loopback that keeps every connection open: its URL, and how
+    /// many connections it accepted.
+    async fn server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                let answer = service_fn(|_| async { Ok::<_, Infallible>(http::Response::new("ok".to_string())) });
+                tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
+            }
+        });
+        (url, accepted)
+    }
+
+    async fn ask(client: &kube::Client) {
+        let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
+        assert_eq!(client.request_text(request).await.unwrap(), "ok");
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_pool_limit_is_closed_not_reused() {
+        let (url, accepted) = server().await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = pooled(&config, Http::V1, None, Duration::from_millis(300)).unwrap();
+        ask(&client).await;
+        ask(&client).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "a connection used a moment ago is reused");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        ask(&client).await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a connection idle past the limit is not");
+    }
 }
