@@ -38,8 +38,8 @@ const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(15);
 /// How long a connection may sit idle in the pool. kube-apiserver closes one idle for 90 s (its
 /// `IdleTimeout`), which is also hyper's default here: a request sent on a connection taken from
 /// the pool just as the server closes it fails with "connection closed before message completed",
-/// and a create cannot be sent again blindly (a bench invocation's limit died of it at one job of
-/// 1,000 collectors, after its window sweep left hundreds of connections idle). Go's transport
+/// and a create cannot be sent again blindly (a bench invocation's limit died of it at 100 jobs of
+/// 10, whose wide windows took up connections the runs before had left idle). Go's transport
 /// retries such a request; closing idle connections well before the server does avoids it.
 const IDLE_CLOSED_AFTER: Duration = Duration::from_secs(60);
 
