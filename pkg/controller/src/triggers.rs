@@ -92,8 +92,9 @@ impl Starting {
     fn reached(&self, key: u64, running: usize) -> Option<bool> {
         let mut jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
         let wait = jobs.get_mut(&key)?;
-        wait.arrived |= running >= wait.wants;
-        Some(running >= wait.wants)
+        let reached = running >= wait.wants;
+        wait.arrived |= reached;
+        Some(reached)
     }
 
     /// Whether the job is starting and a report showed all the running pods it wants: its next
