@@ -15,11 +15,11 @@ use di_controller::desired::{self, Settings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 use super::harness::{Bench, Marks, RUN_LABEL, SUBMITTERS, Start, median, took, watch_until};
 use super::jobs::{JobPods, all_ready, job, job_running};
@@ -95,8 +95,8 @@ impl Bench {
         }
         let posted = Instant::now();
         let limit = Duration::from_secs(600);
-        let took = took(running, start, limit, &format!("{prefix}: every baseline job running")).await?;
-        writer.await??;
+        let took =
+            took_writing(running, writer, start, limit, &format!("{prefix}: every baseline job running")).await?;
         Ok(Marks { start, posted, done: start + took })
     }
 
@@ -122,16 +122,23 @@ impl Bench {
     ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
         let watched: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let jobs: Api<DIJob> = Api::namespaced(self.base_client.clone(), &self.base_ns);
-        let mut events = watcher(watched, watcher::Config::default().labels(&format!("{RUN_LABEL}={prefix}"))).boxed();
+        let config = watcher::Config::default().labels(&format!("{RUN_LABEL}={prefix}"));
+        let mut events = watcher(watched, config).default_backoff().boxed();
         // The first event is the initial list's start: from then on, nothing is missed.
         events.next().await.context("watch ended")??;
         Ok(tokio::spawn(async move {
             let mut running = JobPods::new(pods);
             let mut writes = JoinSet::new();
             while writes.len() < m {
-                let pod = match events.next().await.context("watch ended")?? {
-                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => pod,
-                    _ => continue,
+                // A watch error is passing (the watcher lists again, after a backoff), as for
+                // any controller; only the end of the stream is the writer's.
+                let pod = match events.next().await.context("watch ended")? {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+                    Ok(_) => continue,
+                    Err(error) => {
+                        eprintln!("the limit's status writer, watching pods again: {error}");
+                        continue;
+                    }
                 };
                 if let Some(job) = running.saw(&pod) {
                     let (jobs, status) = (jobs.clone(), status.clone());
@@ -145,6 +152,31 @@ impl Bench {
             }
             Ok(())
         }))
+    }
+}
+
+/// As [`took`], while `writer` (a [`Bench::status_writer`]) writes the status waited for: its
+/// error ends the wait at once, with its cause, instead of at `limit` with none (an invocation
+/// at 16a8053 waited out 600 s that way, its cause unknown).
+pub(super) async fn took_writing(
+    seen: JoinHandle<anyhow::Result<Instant>>,
+    mut writer: JoinHandle<anyhow::Result<()>>,
+    start: Instant,
+    limit: Duration,
+    what: &str,
+) -> anyhow::Result<Duration> {
+    let waited = took(seen, start, limit, what);
+    tokio::pin!(waited);
+    tokio::select! {
+        took = &mut waited => {
+            let took = took?;
+            writer.await?.with_context(|| format!("{what}: the limit's status writer"))?;
+            Ok(took)
+        }
+        written = &mut writer => {
+            written?.with_context(|| format!("{what}: the limit's status writer"))?;
+            waited.await
+        }
     }
 }
 
@@ -182,4 +214,42 @@ async fn create_objects(
         done??;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen_after(wait: Duration) -> JoinHandle<anyhow::Result<Instant>> {
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            Ok(Instant::now())
+        })
+    }
+
+    #[tokio::test]
+    async fn a_failed_writer_ends_the_wait_at_once_with_its_cause() {
+        let writer = tokio::spawn(async { Err(anyhow::anyhow!("status write refused")) });
+        let begun = Instant::now();
+        let ended = took_writing(seen_after(Duration::from_secs(60)), writer, begun, Duration::from_secs(120), "run");
+        let error = ended.await.expect_err("the writer failed");
+        assert!(begun.elapsed() < Duration::from_secs(10), "waited {:?}", begun.elapsed());
+        assert!(format!("{error:#}").contains("status write refused"), "{error:#}");
+    }
+
+    #[tokio::test]
+    async fn a_writer_done_first_leaves_the_wait_to_its_end() {
+        let writer = tokio::spawn(async { Ok(()) });
+        let begun = Instant::now();
+        let took = took_writing(seen_after(Duration::from_millis(50)), writer, begun, Duration::from_secs(10), "run");
+        assert!(took.await.expect("seen") >= Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    async fn a_wait_past_its_limit_still_says_so() {
+        let writer = tokio::spawn(std::future::pending());
+        let ended =
+            took_writing(seen_after(Duration::from_secs(60)), writer, Instant::now(), Duration::from_millis(20), "run");
+        assert!(format!("{:#}", ended.await.expect_err("past the limit")).contains("not within"));
+    }
 }

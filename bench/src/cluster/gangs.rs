@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::baseline::WINDOWS;
+use super::baseline::{WINDOWS, took_writing};
 use super::empty::until_none;
 use super::harness::{self, Bench, RUN_LABEL, SUBMITTERS, Start, took, watch_until};
 use super::limit::{Limit, Pairs};
@@ -140,8 +140,8 @@ impl Bench {
         while let Some(done) = creates.join_next().await {
             done??;
         }
-        let took = took(running, start, LIMIT, &format!("{prefix}: every baseline gang job running")).await?;
-        writer.await??;
+        let took =
+            took_writing(running, writer, start, LIMIT, &format!("{prefix}: every baseline gang job running")).await?;
         self.clear(&self.base_ns, prefix).await?;
         Ok(took)
     }
