@@ -119,7 +119,7 @@ impl Bench {
         m: usize,
         pods: usize,
         status: serde_json::Value,
-    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    ) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
         let watched: Api<Pod> = Api::namespaced(self.client.clone(), &self.base_ns);
         let jobs: Api<DIJob> = Api::namespaced(self.base_client.clone(), &self.base_ns);
         let config = watcher::Config::default().labels(&format!("{RUN_LABEL}={prefix}"));
