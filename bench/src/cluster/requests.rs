@@ -86,8 +86,26 @@ impl Scrape {
         sent
     }
 
+    /// From the API server's own metrics: the requests it answered, from any client, by the
+    /// class of their code (`2xx`, `409`, `429`, `5xx`: conflicts, throttling and failures
+    /// by their own, since each is work done again).
+    pub fn answered(&self) -> BTreeMap<String, f64> {
+        let mut answered = BTreeMap::new();
+        for (series, count) in &self.0 {
+            let Some(code) = series.strip_prefix("apiserver_request_total{").and_then(|l| label(l, "code")) else {
+                continue;
+            };
+            let class = match code {
+                "409" | "429" => code.to_owned(),
+                _ => format!("{}xx", &code[..1.min(code.len())]),
+            };
+            *answered.entry(class).or_default() += count;
+        }
+        answered
+    }
+
     /// Sum of the series whose name and labels start with `prefix`.
-    fn sum(&self, prefix: &str) -> f64 {
+    pub fn sum(&self, prefix: &str) -> f64 {
         self.0.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
     }
 
@@ -185,7 +203,7 @@ pub fn served_differences(ours: &Scrape, base: &Scrape, jobs: f64) -> String {
 /// Watch events the API server sent, and their bytes.
 #[derive(Clone, Copy, Default)]
 pub struct Sent {
-    events: f64,
+    pub events: f64,
     bytes: f64,
 }
 
@@ -277,6 +295,21 @@ apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group=
         let served: Vec<(String, f64)> = Scrape::parse(text).served().into_iter().collect();
         let expected = [("APPLY dijobs/status", 3.0), ("GET /openapi/v3", 1.0), ("POST pods", 9.0)];
         assert_eq!(served, expected.map(|(k, v)| (k.to_owned(), v)));
+    }
+
+    #[test]
+    fn counts_the_answers_by_class_with_conflicts_and_throttling_apart() {
+        let text = r#"apiserver_request_total{code="201",resource="pods",verb="POST"} 7
+apiserver_request_total{code="200",resource="pods",verb="GET"} 3
+apiserver_request_total{code="409",resource="pods",verb="POST"} 2
+apiserver_request_total{code="429",resource="pods",verb="POST"} 1
+apiserver_request_total{code="404",resource="pods",verb="GET"} 4
+apiserver_request_total{code="504",resource="pods",verb="GET"} 5
+apiserver_request_duration_seconds_count{code="201",resource="pods",verb="POST"} 9
+"#;
+        let answered: Vec<(String, f64)> = Scrape::parse(text).answered().into_iter().collect();
+        let expected = [("2xx", 10.0), ("409", 2.0), ("429", 1.0), ("4xx", 4.0), ("5xx", 5.0)];
+        assert_eq!(answered, expected.map(|(k, v)| (k.to_owned(), v)));
     }
 
     #[test]

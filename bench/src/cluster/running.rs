@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::harness::Bench;
+use super::harness::{Bench, PLANE};
 use super::limit::{Limit, Pairs};
 use super::process::cpu_seconds;
 use super::requests::{self, Scrape};
@@ -53,11 +53,15 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             let scrape = bench.metrics().await?;
             let served = served_then_quiet(bench).await?;
             let server = bench.server_cpu()?;
-            let (own, clients) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?);
+            let (own, clients, plane) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?, bench.plane_cpu()?);
             let prefix = format!("r{m}x{n}-{run}");
             ours.push(bench.until_running(&prefix, m, n).await?);
             server_ours.until_running += bench.server_cpu()? - server;
-            server_ours.clients_until_running += clients_cpu(bench)? - clients;
+            let run_clients = clients_cpu(bench)? - clients;
+            server_ours.clients_until_running += run_clients;
+            let mine = format!("clients {run_clients:.2} s, the orchestrator {:.2} s", cpu_seconds(bench.pid)? - own);
+            let logged = RunLog { prefix: prefix.clone(), took: ours.last().copied(), plane, notes: mine };
+            let logged = logged.until_running(bench)?.served_until_running(bench, &served).await?;
             // Until the cluster is quiet again, so the events and status a job sends after it
             // runs count (and its requests are all in the orchestrator's metrics); the check of
             // its objects lists the namespace, no cost of the orchestrator's, so it comes after.
@@ -71,7 +75,9 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             bench.objects_complete(&prefix, m * (n + 1)).await?;
             bench.settle().await?;
             // After the second settle, so checks that trickle in late are still this run's.
-            server_ours.served.add(&bench.server_metrics().await?.since(&served));
+            let served = bench.server_metrics().await?.since(&served);
+            logged.print(&served);
+            server_ours.served.add(&served);
             bench.empty(&bench.jobs_ns).await?;
             if run % 2 == 0 {
                 base.push(self::baseline(bench, format!("b{m}x{n}-{run}"), size, &mut server_base).await?);
@@ -143,15 +149,65 @@ async fn baseline(
     server: &mut ServerCost,
 ) -> anyhow::Result<Duration> {
     let served = served_then_quiet(bench).await?;
-    let (before, clients) = (bench.server_cpu()?, clients_cpu(bench)?);
+    let (before, clients, plane) = (bench.server_cpu()?, clients_cpu(bench)?, bench.plane_cpu()?);
     let took = bench.baseline(&prefix, m, n, window).await?;
     server.until_running += bench.server_cpu()? - before;
-    server.clients_until_running += clients_cpu(bench)? - clients;
+    let run_clients = clients_cpu(bench)? - clients;
+    server.clients_until_running += run_clients;
+    let logged = RunLog { prefix, took: Some(took), plane, notes: format!("clients {run_clients:.2} s") };
+    let logged = logged.until_running(bench)?.served_until_running(bench, &served).await?;
     bench.settle().await?;
     server.all += bench.server_cpu()? - before;
-    server.served.add(&bench.server_metrics().await?.since(&served));
+    let served = bench.server_metrics().await?.since(&served);
+    logged.print(&served);
+    server.served.add(&served);
     bench.empty(&bench.base_ns).await?;
     Ok(took)
+}
+
+/// One run's line in the log: its time; each control-plane process's CPU until it ran (from
+/// `plane`, taken at its start) and its clients'; the requests the API server answered until
+/// then, by code, and the watch events it sent; its garbage collections over the run and the
+/// settles after it. Through a run of 100 jobs the API server takes about 1.55 of the 2 cores
+/// on either side, so its CPU follows the run's length: the requests and watch events are what
+/// say whether two runs did the same work.
+struct RunLog {
+    prefix: String,
+    took: Option<Duration>,
+    plane: Vec<f64>,
+    /// The clients' CPU, then what the API server served.
+    notes: String,
+}
+
+impl RunLog {
+    /// The processes' CPU from the run's start until now, in place of the readings at its start.
+    fn until_running(mut self, bench: &Bench) -> anyhow::Result<RunLog> {
+        self.plane = bench.plane_cpu()?.iter().zip(&self.plane).map(|(now, then)| now - then).collect();
+        Ok(self)
+    }
+
+    /// What the API server served from the run's start (`served`, read before it) until it ran.
+    async fn served_until_running(mut self, bench: &Bench, served: &Scrape) -> anyhow::Result<RunLog> {
+        let now = bench.server_metrics().await?.since(served);
+        let codes: Vec<String> = now.answered().iter().map(|(code, n)| format!("{code} {n:.0}")).collect();
+        let sent: f64 = now.watch_events().values().map(|s| s.events).sum();
+        self.notes.push_str(&format!("; answered until running: {}; watch events {sent:.0}", codes.join(", ")));
+        Ok(self)
+    }
+
+    fn print(&self, served: &Scrape) {
+        let plane: Vec<String> =
+            PLANE.iter().zip(&self.plane).map(|(name, cpu)| format!("{name} {cpu:.2} s")).collect();
+        eprintln!(
+            "{}: {:.3} s; CPU until running: {}, {}; the API server's GC over the run and its settles: {:.0} cycles, {:.3} s paused",
+            self.prefix,
+            self.took.map_or(0.0, |t| t.as_secs_f64()),
+            plane.join(", "),
+            self.notes,
+            served.sum("go_gc_duration_seconds_count"),
+            served.sum("go_gc_duration_seconds_sum"),
+        );
+    }
 }
 
 /// What the API server has served so far, read before a side's clock and CPU window start, on
