@@ -305,7 +305,10 @@ impl Bench {
 }
 
 /// Starts watching `api`'s objects with `label`, and returns, once the watch is established, a
-/// task that resolves to the moment `done` first holds for what it has seen.
+/// task that resolves to the moment `done` first holds for what it has seen. A watch error is
+/// passing, as for the limit's status writer (see `baseline`): the watcher lists again after a
+/// backoff and the wait goes on, the error in the log: the run it delays shows it in its time,
+/// where an error that ended the wait would end the whole invocation.
 pub async fn watch_until<K>(
     api: Api<K>,
     label: &str,
@@ -315,12 +318,16 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let mut events = watcher(api, watcher::Config::default().labels(label)).reflect(writer).boxed();
+    let mut events = watcher(api, watcher::Config::default().labels(label)).default_backoff().reflect(writer).boxed();
     // The first event is the initial list's start: from then on, nothing created is missed.
     events.next().await.context("watch ended")??;
+    let label = label.to_owned();
     Ok(tokio::spawn(async move {
         while let Some(event) = events.next().await {
-            event?;
+            if let Err(error) = event {
+                eprintln!("watching {label} again: {error}");
+                continue;
+            }
             if done(&reader.state()) {
                 return Ok(Instant::now());
             }
