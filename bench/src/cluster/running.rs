@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::harness::{Bench, PLANE};
+use super::harness::Bench;
 use super::limit::{Limit, Pairs};
 use super::process::cpu_seconds;
 use super::requests::{self, Scrape};
@@ -55,12 +55,13 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
             let server = bench.server_cpu()?;
             let (own, clients, plane) = (cpu_seconds(bench.pid)?, clients_cpu(bench)?, bench.plane_cpu()?);
             let prefix = format!("r{m}x{n}-{run}");
-            ours.push(bench.until_running(&prefix, m, n).await?);
+            let took = bench.until_running(&prefix, m, n).await?;
+            ours.push(took);
             server_ours.until_running += bench.server_cpu()? - server;
             let run_clients = clients_cpu(bench)? - clients;
             server_ours.clients_until_running += run_clients;
             let mine = format!("clients {run_clients:.2} s, the orchestrator {:.2} s", cpu_seconds(bench.pid)? - own);
-            let logged = RunLog { prefix: prefix.clone(), took: ours.last().copied(), plane, notes: mine };
+            let logged = RunLog { prefix: prefix.clone(), took, plane, notes: mine };
             let logged = logged.until_running(bench)?.served_until_running(bench, &served).await?;
             // Until the cluster is quiet again, so the events and status a job sends after it
             // runs count (and its requests are all in the orchestrator's metrics); the check of
@@ -154,7 +155,7 @@ async fn baseline(
     server.until_running += bench.server_cpu()? - before;
     let run_clients = clients_cpu(bench)? - clients;
     server.clients_until_running += run_clients;
-    let logged = RunLog { prefix, took: Some(took), plane, notes: format!("clients {run_clients:.2} s") };
+    let logged = RunLog { prefix, took, plane, notes: format!("clients {run_clients:.2} s") };
     let logged = logged.until_running(bench)?.served_until_running(bench, &served).await?;
     bench.settle().await?;
     server.all += bench.server_cpu()? - before;
@@ -173,8 +174,8 @@ async fn baseline(
 /// say whether two runs did the same work.
 struct RunLog {
     prefix: String,
-    took: Option<Duration>,
-    plane: Vec<f64>,
+    took: Duration,
+    plane: Vec<(&'static str, f64)>,
     /// The clients' CPU, then what the API server served.
     notes: String,
 }
@@ -182,7 +183,8 @@ struct RunLog {
 impl RunLog {
     /// The processes' CPU from the run's start until now, in place of the readings at its start.
     fn until_running(mut self, bench: &Bench) -> anyhow::Result<RunLog> {
-        self.plane = bench.plane_cpu()?.iter().zip(&self.plane).map(|(now, then)| now - then).collect();
+        self.plane =
+            bench.plane_cpu()?.iter().zip(&self.plane).map(|((name, now), (_, then))| (*name, now - then)).collect();
         Ok(self)
     }
 
@@ -196,12 +198,11 @@ impl RunLog {
     }
 
     fn print(&self, served: &Scrape) {
-        let plane: Vec<String> =
-            PLANE.iter().zip(&self.plane).map(|(name, cpu)| format!("{name} {cpu:.2} s")).collect();
+        let plane: Vec<String> = self.plane.iter().map(|(name, cpu)| format!("{name} {cpu:.2} s")).collect();
         eprintln!(
             "{}: {:.3} s; CPU until running: {}, {}; the API server's GC over the run and its settles: {:.0} cycles, {:.3} s paused",
             self.prefix,
-            self.took.map_or(0.0, |t| t.as_secs_f64()),
+            self.took.as_secs_f64(),
             plane.join(", "),
             self.notes,
             served.sum("go_gc_duration_seconds_count"),
