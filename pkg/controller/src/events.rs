@@ -5,8 +5,12 @@
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
 //! objects, and then until its job is up (its pods bound and reported running, and its status
 //! written to say so: API server work the job's watchers wait on), for at most `pace::HOLD` in
-//! all; a Warning, what a user acts on, waits only for its turn. As client-go does, a sender too
-//! far behind (a full queue) drops new events rather than grow without bound, and says so.
+//! all. One whose hold ran out while that work goes on goes at a fifth of the pace after a burst
+//! of a second's worth: enough for the first events of jobs started beside a big one, and a
+//! hundred jobs starting together send a few of their two hundred while their pods are still
+//! coming up rather than one every fifth of a second (each is a write of its own, with its
+//! lease). A Warning, what a user acts on, waits only for its turn. As client-go does, a sender
+//! too far behind (a full queue) drops new events rather than grow without bound, and says so.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -28,12 +32,32 @@ struct Queued {
     at: Instant,
 }
 
+/// The share of the pace at which events go once their hold ran out while creates or their
+/// job's start still go on (after a burst of a second's worth at the full pace).
+const BUSY_SHARE: f64 = 0.2;
+
 impl Queued {
     /// Resolves once no pass creates objects and the event's job is up.
     async fn quiet(&self, creates: &Creates, starting: &Starting) {
         creates.over().await;
         let namespace = self.reference.namespace.as_deref().unwrap_or_default();
         starting.settled(namespace, &self.job).await;
+    }
+
+    /// Resolves when the event may go: once all is quiet, or after its hold with a token of
+    /// `busy`, whichever is first.
+    async fn due(&self, creates: &Creates, starting: &Starting, busy: &Bucket) {
+        let quiet = self.quiet(creates, starting);
+        tokio::pin!(quiet);
+        if tokio::time::timeout_at(self.at + HOLD, &mut quiet).await.is_ok() {
+            return;
+        }
+        while let Err(wait) = busy.take() {
+            tokio::select! {
+                _ = &mut quiet => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
     }
 }
 
@@ -50,6 +74,7 @@ impl Events {
         let (normal, mut normal_waiting) = mpsc::channel::<Queued>(QUEUE);
         let (warnings, mut warnings_waiting) = mpsc::channel::<Queued>(QUEUE);
         let bucket = Bucket::new(per_second);
+        let busy = Bucket::with_burst(per_second * BUSY_SHARE, per_second);
         let left = waiting.clone();
         tokio::spawn(async move {
             let sender = Sender { recorder, bucket, left };
@@ -60,7 +85,7 @@ impl Events {
                     Some(normal) = normal_waiting.recv() => {
                         // A warning queued meanwhile is not held up by this one's wait.
                         {
-                            let held = tokio::time::timeout_at(normal.at + HOLD, normal.quiet(&creates, &starting));
+                            let held = normal.due(&creates, &starting, &busy);
                             tokio::pin!(held);
                             loop {
                                 tokio::select! {
@@ -214,5 +239,26 @@ mod tests {
         assert_eq!(sent(), 0);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(sent(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_hold_while_creates_go_on_events_go_slower_after_a_burst() {
+        let creates = Creates::default();
+        let (client, log) = di_testing::client(|_| None);
+        let recorder = Recorder::new(client, Reporter { controller: "test".into(), instance: None });
+        let events = Events::start(recorder, 5.0, creates.clone(), Starting::default(), Gauge::default());
+        let job = ObjectReference { namespace: Some("ns".into()), name: Some("job".into()), ..Default::default() };
+        let sent = || log.calls().into_iter().filter(|c| c.path.contains("/events")).count();
+        let creating = creates.start();
+        for i in 0..10 {
+            events.send(event(EventType::Normal, &format!("Created{i}")), job.clone(), "job");
+        }
+        tokio::time::sleep(HOLD + Duration::from_millis(100)).await;
+        assert_eq!(sent(), 5, "a second's worth at once");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(sent(), 7, "then one a second, a fifth of the pace");
+        drop(creating);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(sent(), 10, "the pace again once the creates are over");
     }
 }

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use di_api::{DIJobCondition, DIJobStatus, Phase};
+use tokio::time::Instant as TokioInstant;
 
 /// The longest what only informs (a job's progress, a Normal event) waits for other passes'
 /// creates: long enough that jobs starting together spend the API server on their pods first
@@ -197,7 +198,7 @@ impl Pacer {
             // A job deleted before its turn leaves its entry; a period past, it decides nothing.
             turns.retain(|_, turn| now.saturating_duration_since(*turn) < self.period);
         }
-        match self.budget.reserve_at(now) {
+        match self.budget.reserve_at(TokioInstant::from_std(now)) {
             Duration::ZERO => Ok(()),
             wait => {
                 turns.insert(uid.to_owned(), now + wait);
@@ -233,26 +234,33 @@ impl Pacer {
     }
 }
 
-/// A token bucket: `per_second` tokens a second, as many at most (one at least).
+/// A token bucket: `per_second` tokens a second, `burst` at most (one of each at least). On
+/// tokio's clock, so that tests with paused time see it refill.
 pub struct Bucket {
     per_second: f64,
-    state: Mutex<(f64, Instant)>,
+    burst: f64,
+    state: Mutex<(f64, TokioInstant)>,
 }
 
 impl Bucket {
+    /// A bucket whose burst is a second's tokens.
     pub fn new(per_second: f64) -> Bucket {
-        let per_second = per_second.max(1.0);
-        Bucket { per_second, state: Mutex::new((per_second, Instant::now())) }
+        Bucket::with_burst(per_second, per_second)
+    }
+
+    pub fn with_burst(per_second: f64, burst: f64) -> Bucket {
+        let (per_second, burst) = (per_second.max(1.0), burst.max(1.0));
+        Bucket { per_second, burst, state: Mutex::new((burst, TokioInstant::now())) }
     }
 
     /// Takes a token, or says when one will be there.
     pub fn take(&self) -> Result<(), Duration> {
-        self.take_at(Instant::now())
+        self.take_at(TokioInstant::now())
     }
 
     /// Takes a token now or the next one not yet promised: how long until it is there (zero:
     /// now). The bucket goes into debt, so each caller's token is its own.
-    fn reserve_at(&self, now: Instant) -> Duration {
+    fn reserve_at(&self, now: TokioInstant) -> Duration {
         let mut state = self.state.lock().expect("bucket lock");
         let tokens = self.refill(&mut state, now) - 1.0;
         state.0 = tokens;
@@ -263,16 +271,16 @@ impl Bucket {
     }
 
     /// The tokens at `now`, brought up to date in `state`.
-    fn refill(&self, state: &mut (f64, Instant), now: Instant) -> f64 {
+    fn refill(&self, state: &mut (f64, TokioInstant), now: TokioInstant) -> f64 {
         let (tokens, refilled) = state;
         let elapsed = now.saturating_duration_since(*refilled).as_secs_f64();
-        *tokens = (*tokens + elapsed * self.per_second).min(self.per_second);
+        *tokens = (*tokens + elapsed * self.per_second).min(self.burst);
         *refilled = now.max(*refilled);
         *tokens
     }
 
     /// As [`Bucket::take`], at `now`.
-    fn take_at(&self, now: Instant) -> Result<(), Duration> {
+    fn take_at(&self, now: TokioInstant) -> Result<(), Duration> {
         let mut state = self.state.lock().expect("bucket lock");
         let tokens = self.refill(&mut state, now);
         if tokens >= 1.0 {

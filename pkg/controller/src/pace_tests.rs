@@ -155,7 +155,13 @@ fn a_bucket_gives_its_rate_and_says_when_the_next_token_comes() {
     let later = start + Duration::from_millis(500);
     assert_eq!(bucket.take_at(later), Ok(()), "refilled at its rate");
     assert_eq!(bucket.take_at(later), Err(Duration::from_millis(500)));
-    assert_eq!(Bucket::new(0.0).take_at(Instant::now()), Ok(()), "at least one a second");
+    assert_eq!(Bucket::new(0.0).take_at(TokioInstant::now()), Ok(()), "at least one a second");
+    let bursty = Bucket::with_burst(1.0, 3.0);
+    let start = bursty.state.lock().unwrap().1;
+    for _ in 0..3 {
+        assert_eq!(bursty.take_at(start), Ok(()), "a burst of three");
+    }
+    assert_eq!(bursty.take_at(start), Err(Duration::from_secs(1)), "then one a second");
 }
 
 #[test]
