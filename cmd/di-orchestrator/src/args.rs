@@ -108,8 +108,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 5.0)]
     pub(crate) status_writes_per_second: f64,
     /// Most events sent per second; the rest queue behind (events never hold up a pass). Normal
-    /// events also wait while pods or Services are being created (at most 3 s; past that, while
-    /// they still are, a fifth of this a second after a burst of a second's worth); warnings do not.
+    /// events also wait while pods or Services are being created (at most 3 s from their job's
+    /// start; past that, while they still are, a fifth of this a second after a burst of a
+    /// second's worth); warnings do not.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) events_per_second: f64,
     /// Jobs reconciled at once.

@@ -4,8 +4,10 @@
 //! hundred jobs starting at once would otherwise spend on events the API server time their pods'
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
 //! objects, and then until its job is up (its pods bound and reported running, and its status
-//! written to say so: API server work the job's watchers wait on), for at most `pace::HOLD` in
-//! all. One whose hold ran out while that work goes on goes at a fifth of the pace after a burst
+//! written to say so: API server work the job's watchers wait on), for at most `pace::HOLD` from
+//! when its job began starting (or from when it was queued, for a job that is not): a small job
+//! started beside a big one being created has its first event about then, however long its own
+//! creates took beside the big one's. One whose hold ran out while that work goes on goes at a fifth of the pace after a burst
 //! of a second's worth: enough for the first events of jobs started beside a big one, and a
 //! hundred jobs starting together send a few of their two hundred while their pods are still
 //! coming up rather than one every fifth of a second (each is a write of its own, with its
@@ -29,7 +31,8 @@ struct Queued {
     event: Event,
     reference: ObjectReference,
     job: String,
-    at: Instant,
+    /// When its hold began: when its job began starting, or when it was queued.
+    held_from: Instant,
 }
 
 /// The share of the pace at which events go once their hold ran out while creates or their
@@ -49,7 +52,7 @@ impl Queued {
     async fn due(&self, creates: &Creates, starting: &Starting, busy: &Bucket) {
         let quiet = self.quiet(creates, starting);
         tokio::pin!(quiet);
-        if tokio::time::timeout_at(self.at + HOLD, &mut quiet).await.is_ok() {
+        if tokio::time::timeout_at(self.held_from + HOLD, &mut quiet).await.is_ok() {
             return;
         }
         while let Err(wait) = busy.take() {
@@ -62,6 +65,7 @@ impl Queued {
 }
 
 pub struct Events {
+    starting: Starting,
     normal: mpsc::Sender<Queued>,
     warnings: mpsc::Sender<Queued>,
     /// Events queued and not sent yet, both queues together.
@@ -75,7 +79,7 @@ impl Events {
         let (warnings, mut warnings_waiting) = mpsc::channel::<Queued>(QUEUE);
         let bucket = Bucket::new(per_second);
         let busy = Bucket::with_burst(per_second * BUSY_SHARE, per_second);
-        let left = waiting.clone();
+        let (left, up) = (waiting.clone(), starting.clone());
         tokio::spawn(async move {
             let sender = Sender { recorder, bucket, left };
             loop {
@@ -85,7 +89,7 @@ impl Events {
                     Some(normal) = normal_waiting.recv() => {
                         // A warning queued meanwhile is not held up by this one's wait.
                         {
-                            let held = normal.due(&creates, &starting, &busy);
+                            let held = normal.due(&creates, &up, &busy);
                             tokio::pin!(held);
                             loop {
                                 tokio::select! {
@@ -102,13 +106,16 @@ impl Events {
                 sender.send(next).await;
             }
         });
-        Events { normal, warnings, waiting }
+        Events { starting, normal, warnings, waiting }
     }
 
     /// Queues an event on `reference` (the job `job`).
     pub fn send(&self, event: Event, reference: ObjectReference, job: &str) {
         let queue = if event.type_ == EventType::Warning { &self.warnings } else { &self.normal };
-        let queued = Queued { event, reference, job: job.to_owned(), at: Instant::now() };
+        let now = Instant::now();
+        let namespace = reference.namespace.as_deref().unwrap_or_default();
+        let held_from = self.starting.since(namespace, job).map_or(now, |since| since.min(now));
+        let queued = Queued { event, reference, job: job.to_owned(), held_from };
         // Counted before it is queued: the sender may send it (and count it down) at once.
         self.waiting.inc();
         if let Err(e) = queue.try_send(queued) {
@@ -260,5 +267,27 @@ mod tests {
         drop(creating);
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert_eq!(sent(), 10, "the pace again once the creates are over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hold_runs_from_when_the_job_began_starting() {
+        let (creates, starting) = (Creates::default(), Starting::default());
+        let (events, log, job) = started_with(&creates, &starting, &Gauge::default());
+        let sent = || log.calls().into_iter().filter(|c| c.path.contains("/events")).count();
+        let _creating = creates.start();
+        starting.set("ns", "job", Some(3));
+        tokio::time::sleep(HOLD - Duration::from_millis(500)).await;
+        starting.set("ns", "job", Some(3));
+        events.send(event(EventType::Normal, "Created"), job.clone(), "job");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(sent(), 0, "within the hold of its job's start");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sent(), 1, "past it, though queued less than a second ago");
+        let other = ObjectReference { name: Some("other".into()), ..job };
+        events.send(event(EventType::Normal, "Other"), other, "other");
+        tokio::time::sleep(HOLD - Duration::from_millis(100)).await;
+        assert_eq!(sent(), 1, "a job not starting is held from when its event was queued");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sent(), 2);
     }
 }

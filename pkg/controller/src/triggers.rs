@@ -18,6 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use kube::runtime::watcher::Event;
+use tokio::time::Instant;
 
 use kube::ResourceExt;
 
@@ -48,12 +49,13 @@ pub struct Starting {
     changed: Arc<tokio::sync::watch::Sender<()>>,
 }
 
-/// What a starting job waits for, and whether a report has shown it all (its pass is the one
-/// that writes that the job runs: the dispatcher lets it go first).
+/// What a starting job waits for, whether a report has shown it all (its pass is the one that
+/// writes that the job runs: the dispatcher lets it go first), and since when it is starting.
 #[derive(Clone, Copy)]
 struct Wait {
     wants: usize,
     arrived: bool,
+    since: Instant,
 }
 
 impl Default for Starting {
@@ -73,7 +75,8 @@ impl Starting {
             Some(wants) => {
                 // A pass that finds the pods all there but not all ready yet leaves them arrived.
                 let arrived = jobs.get(&key).is_some_and(|w| w.wants == wants && w.arrived);
-                (jobs.insert(key, Wait { wants, arrived }).is_some(), true)
+                let since = jobs.get(&key).map_or_else(Instant::now, |w| w.since);
+                (jobs.insert(key, Wait { wants, arrived, since }).is_some(), true)
             }
             None => (jobs.remove(&key).is_some(), false),
         };
@@ -95,6 +98,12 @@ impl Starting {
         let reached = running >= wait.wants;
         wait.arrived |= reached;
         Some(reached)
+    }
+
+    /// Since when the job is starting, if it is.
+    pub fn since(&self, namespace: &str, job: &str) -> Option<Instant> {
+        let jobs = self.jobs.lock().expect("the starting jobs' lock is never poisoned");
+        jobs.get(&job_key(namespace, job)).map(|w| w.since)
     }
 
     /// Whether the job is starting and a report showed all the running pods it wants: its next
