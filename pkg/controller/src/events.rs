@@ -5,14 +5,14 @@
 //! creates need. So, as progress does (see `pace`), a Normal event waits while any pass creates
 //! objects, and then until its job is up (its pods bound and reported running, and its status
 //! written to say so: API server work the job's watchers wait on), for at most `pace::HOLD` from
-//! when its job began starting (or from when it was queued, for a job that is not): a small job
-//! started beside a big one being created has its first event about then, however long its own
-//! creates took beside the big one's. One whose hold ran out while that work goes on goes at a fifth of the pace after a burst
-//! of a second's worth: enough for the first events of jobs started beside a big one, and a
-//! hundred jobs starting together send a few of their two hundred while their pods are still
-//! coming up rather than one every fifth of a second (each is a write of its own, with its
-//! lease). A Warning, what a user acts on, waits only for its turn. As client-go does, a sender
-//! too far behind (a full queue) drops new events rather than grow without bound, and says so.
+//! when its job began starting (from when it was queued, for a job that is not): a small job
+//! started beside a big one being created has its first event then, however long its own creates
+//! took beside the big one's. Past its hold, while that work still goes on, an event goes at a
+//! fifth of the pace after a burst of a second's worth: enough for the first events of jobs
+//! started beside a big one, while a hundred jobs starting together send a few of their two
+//! hundred events before their pods run rather than five a second (each a write of its own). A
+//! Warning, what a user acts on, waits only for its turn. As client-go does, a sender too far
+//! behind (a full queue) drops new events rather than grow without bound, and says so.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
