@@ -54,10 +54,9 @@ impl Bench {
         let mut runs = vec![vec![]; windows.len()];
         self.settle().await?;
         for round in 0..SWEEP_ROUNDS {
-            let tried = match round {
-                _ if objects < SHORT_RUNS => (0..windows.len()).collect(),
-                0 => (0..windows.len()).collect(),
-                _ => finalists(&runs),
+            let tried = match round == 0 || objects < SHORT_RUNS {
+                true => (0..windows.len()).collect(),
+                false => finalists(&runs),
             };
             for i in tried {
                 let w = windows[i];

@@ -112,9 +112,9 @@ impl Events {
     /// Queues an event on `reference` (the job `job`).
     pub fn send(&self, event: Event, reference: ObjectReference, job: &str) {
         let queue = if event.type_ == EventType::Warning { &self.warnings } else { &self.normal };
-        let now = Instant::now();
+        // A job's start was marked on the same clock, before its events: never after now.
         let namespace = reference.namespace.as_deref().unwrap_or_default();
-        let held_from = self.starting.since(namespace, job).map_or(now, |since| since.min(now));
+        let held_from = self.starting.since(namespace, job).unwrap_or_else(Instant::now);
         let queued = Queued { event, reference, job: job.to_owned(), held_from };
         // Counted before it is queued: the sender may send it (and count it down) at once.
         self.waiting.inc();

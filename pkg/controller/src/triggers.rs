@@ -73,9 +73,10 @@ impl Starting {
         let key = job_key(namespace, job);
         let (before, now) = match wants {
             Some(wants) => {
+                let was = jobs.get(&key).copied();
                 // A pass that finds the pods all there but not all ready yet leaves them arrived.
-                let arrived = jobs.get(&key).is_some_and(|w| w.wants == wants && w.arrived);
-                let since = jobs.get(&key).map_or_else(Instant::now, |w| w.since);
+                let arrived = was.is_some_and(|w| w.wants == wants && w.arrived);
+                let since = was.map_or_else(Instant::now, |w| w.since);
                 (jobs.insert(key, Wait { wants, arrived, since }).is_some(), true)
             }
             None => (jobs.remove(&key).is_some(), false),
