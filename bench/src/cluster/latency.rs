@@ -4,7 +4,7 @@
 //! millisecond, and the report gives what the proxies measured). The orchestrator against the
 //! limit at every size (see `limit`), and in the first invocation, at 500 collectors and more,
 //! against an orchestrator creating a job's objects one at a time (`--creates-per-job=1`, as
-//! before commit 8efa7b9).
+//! before commit 8efa7b9), and where one job of 100's time goes on each side (`timeline`).
 
 use std::time::Duration;
 
@@ -67,6 +67,10 @@ async fn on(
             rows.push(serial_against(plane, &cluster, &base_ns, n, pairs.ours).await?);
         }
         limit.add(m, n, pairs);
+    }
+    if first {
+        // With latency one job of 100 is the size furthest behind the limit (README).
+        super::timeline::measure(&window, rows, "latency: ", "lt", 100).await?;
     }
     let etcd = plane.etcd_proxy.as_ref().map_or(Duration::ZERO, DelayProxy::added);
     rows.push(Row::plain(

@@ -101,7 +101,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
     if !first {
         return Ok(());
     }
-    super::timeline::measure(bench, rows).await?;
+    super::timeline::measure(bench, rows, "", "t", 10).await?;
     super::lag::measure(bench, rows).await
 }
 
