@@ -42,8 +42,8 @@ impl Steps {
     }
 }
 
-/// One job of `collectors` (and its coordinator), `RUNS` times a side; `scenario` names the cluster's
-/// (its latency) in the rows, and `prefix` the runs' jobs.
+/// One job of `collectors` (and its coordinator), `RUNS` times a side; `scenario` names the
+/// cluster's (its latency) in the rows, and `prefix` the runs' jobs.
 pub async fn measure(
     bench: &Bench,
     rows: &mut Vec<Row>,
