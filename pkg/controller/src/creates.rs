@@ -23,21 +23,23 @@ impl Limits {
         Limits { per_job: per_job.max(1), budget: Arc::new(Semaphore::new(in_flight.max(1))) }
     }
 
-    /// Runs `tasks`, at most `per_job` at once, each holding a permit of the shared budget while
-    /// it runs. Every task runs: one that fails cancels none of the others, so what could be
-    /// created is, and the pass after a failure has less to do. The outputs come in the order the
-    /// tasks finished.
-    pub async fn run_all<F: Future>(&self, tasks: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    /// Runs `tasks`, at most `per_job` at once, each made only once it holds a permit of the
+    /// shared budget, and made on the heap: a request's future is kilobytes, and the creates of a
+    /// hundred passes waiting for their permits would otherwise each hold one from the start.
+    /// Every task runs: one that fails cancels none of the others, so what could be created is,
+    /// and the pass after a failure has less to do. The outputs come in the order the tasks
+    /// finished.
+    pub async fn run_all<F: Future>(&self, tasks: impl IntoIterator<Item = impl FnOnce() -> F>) -> Vec<F::Output> {
         // Built before they are streamed: a stream over a closure that borrows loses its `Send`
         // to a limitation of the compiler's inference, and a pass must be `Send`.
-        let tasks: Vec<_> = tasks.into_iter().map(|task| self.with_permit(task)).collect();
+        let tasks: Vec<_> = tasks.into_iter().map(|make| self.with_permit(make)).collect();
         futures::stream::iter(tasks).buffer_unordered(self.per_job).collect().await
     }
 
-    async fn with_permit<F: Future>(&self, task: F) -> F::Output {
+    async fn with_permit<F: Future>(&self, make: impl FnOnce() -> F) -> F::Output {
         // The semaphore is never closed, so a permit always comes.
         let _permit = self.budget.acquire().await.expect("the budget is never closed");
-        task.await
+        Box::pin(make()).await
     }
 }
 
@@ -63,7 +65,7 @@ mod tests {
                 mine.fetch_sub(1, Ordering::SeqCst);
                 now.fetch_sub(1, Ordering::SeqCst);
             };
-            limits.run_all((0..items).map(|_| task())).await.len()
+            limits.run_all((0..items).map(|_| task)).await.len()
         };
         let done: Vec<usize> = futures::future::join_all((0..jobs).map(one_job)).await;
         assert_eq!(done, vec![items; jobs], "every item of every job ran once");
@@ -78,12 +80,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_task_is_made_only_once_it_holds_a_permit() {
+        let limits = Limits::new(8, 3);
+        let (made, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let make = || {
+            peak.fetch_max(made.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                made.fetch_sub(1, Ordering::SeqCst);
+            }
+        };
+        let job = |_| limits.run_all((0..20).map(|_| make));
+        let done = futures::future::join_all((0..5).map(job)).await;
+        assert_eq!(done.iter().map(Vec::len).sum::<usize>(), 100, "every task ran");
+        assert_eq!(peak.load(Ordering::SeqCst), 3, "at most the budget's tasks exist at once");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_failure_cancels_none_of_the_others() {
         let task = |i: u64| async move {
             tokio::time::sleep(Duration::from_millis(10 * (10 - i))).await;
             if i.is_multiple_of(4) { Err(i) } else { Ok(i) }
         };
-        let results = Limits::new(3, 3).run_all((0..10).map(task)).await;
+        let results = Limits::new(3, 3).run_all((0..10).map(|i| move || task(i))).await;
         let mut ok: Vec<u64> = results.iter().filter_map(|r| r.ok()).collect();
         ok.sort();
         assert_eq!(ok, [1, 2, 3, 5, 6, 7, 9]);

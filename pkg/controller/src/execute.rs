@@ -211,7 +211,7 @@ async fn create_all(
         .into_iter()
         .map(|object| {
             let uid = &uid;
-            async move {
+            move || async move {
                 match object {
                     New::Service(service) => create_one(ctx, services, uid, Kind::Service, service).await.map(|_| None),
                     New::Pod(pod) => create_one(ctx, pods, uid, Kind::Pod, pod).await,

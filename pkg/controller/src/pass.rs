@@ -59,18 +59,22 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         return Ok(Requeue::await_change());
     }
     let namespace = view.namespace().unwrap_or_default();
+    // On the heap: a job is kilobytes, and a hundred passes at once would each hold one inline.
     let mut job = match view.to_job() {
-        Ok(job) => job,
+        Ok(job) => Box::new(job),
         Err(e) => {
             // Only a spec the API server's schema let through but the types cannot read.
-            let job = DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() };
-            return refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await;
+            let job =
+                Box::new(DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() });
+            // Refusals on the heap too: rare, and inline they would make every pass's future
+            // half as big again.
+            return Box::pin(refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}"))).await;
         }
     };
     default_dijob(&mut job);
 
     if let Err(errors) = validate_dijob(&job) {
-        return refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}")).await;
+        return Box::pin(refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}"))).await;
     }
 
     let uid = job.uid().unwrap_or_default();
@@ -87,7 +91,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     world.queue = crate::workloads::queue_of(ctx, &job);
     let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
-        Err(e) => return refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await,
+        Err(e) => return Box::pin(refuse(ctx, &job, "CannotBuildPods", &e.to_string())).await,
     };
     // A name another job's pod or Service holds would be "created" by finding it, and this job
     // would run without that replica. Such names (rare: two jobs whose names collide) are
