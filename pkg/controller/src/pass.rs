@@ -67,7 +67,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
             let job =
                 Box::new(DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() });
             // Refusals on the heap too: rare, and inline they would make every pass's future
-            // half as big again.
+            // twice as big.
             return Box::pin(refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}"))).await;
         }
     };

@@ -388,3 +388,14 @@ mod record;
 
 #[path = "failure_tests.rs"]
 mod failure;
+
+/// A hundred passes run at once, each its future: kept to kilobytes by what it holds on the heap
+/// (the job, a refusal's future). Inline, they made it 30 KiB (`docs/PERFORMANCE.md`, 56a7c6e).
+#[tokio::test]
+async fn a_pass_is_small() {
+    let job = job(10, "Running", None);
+    let (client, _recorded) = fake_api_server(&job);
+    let pass = reconcile(view_of(&job), context(client, vec![], vec![]));
+    let size = std::mem::size_of_val(&pass);
+    assert!(size <= 16 * 1024, "a pass's future is {size} bytes");
+}
