@@ -97,6 +97,8 @@ async fn waiting_for_its_config() {
     // requeue, five minutes later.
     let aggregator = await_condition(s.pods.clone(), "multi-aggregator-0", |pod: Option<&Pod>| pod.is_some());
     Box::pin(within(WAIT, "the aggregator", aggregator)).await.unwrap();
-    let services: Api<Service> = s.services.clone();
-    assert!(services.get_opt("multi-aggregator-0").await.unwrap().is_some());
+    // Its own Service follows it: a pass creates pods before their Services, so the pod can
+    // be seen a moment before its Service is.
+    let service = await_condition(s.services.clone(), "multi-aggregator-0", |svc: Option<&Service>| svc.is_some());
+    Box::pin(within(WAIT, "the aggregator's Service", service)).await.unwrap();
 }
