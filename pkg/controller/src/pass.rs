@@ -66,15 +66,13 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
             // Only a spec the API server's schema let through but the types cannot read.
             let job =
                 Box::new(DIJob { metadata: view.metadata.clone(), status: view.status.clone(), ..Default::default() });
-            // Refusals on the heap too: rare, and inline they would make every pass's future
-            // twice as big.
-            return Box::pin(refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}"))).await;
+            return refuse(ctx, &job, "InvalidSpec", &format!("the job's spec cannot be read: {e}")).await;
         }
     };
     default_dijob(&mut job);
 
     if let Err(errors) = validate_dijob(&job) {
-        return Box::pin(refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}"))).await;
+        return refuse(ctx, &job, "InvalidSpec", &format!("the job is invalid: {errors}")).await;
     }
 
     let uid = job.uid().unwrap_or_default();
@@ -91,7 +89,7 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
     world.queue = crate::workloads::queue_of(ctx, &job);
     let mut plan = match plan::plan(&job, &world, &ctx.settings, ctx.restart_backoff) {
         Ok(plan) => plan,
-        Err(e) => return Box::pin(refuse(ctx, &job, "CannotBuildPods", &e.to_string())).await,
+        Err(e) => return refuse(ctx, &job, "CannotBuildPods", &e.to_string()).await,
     };
     // A name another job's pod or Service holds would be "created" by finding it, and this job
     // would run without that replica. Such names (rare: two jobs whose names collide) are
@@ -288,6 +286,12 @@ async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
 /// condition, rather than fail for good while its pods go on. Its coordinator's end is still
 /// recorded and cleaned up after (`plan::finish_held`).
 async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<Requeue, Error> {
+    // On the heap: refusals are rare, and inline their future would make every pass's twice as
+    // big.
+    Box::pin(refused(ctx, job, reason, message)).await
+}
+
+async fn refused(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<Requeue, Error> {
     let phase = job.status.as_ref().and_then(|s| s.phase);
     if phase.is_none() {
         mark_failed(ctx, job, reason, message).await?;
