@@ -1,6 +1,6 @@
 //! Passes whose work fails or must wait: a create refused or failing (named on the job, retried
 //! with a growing backoff, the others made all the same) and a replacement held to its backoff.
-//! Fixtures in `pass_tests`.
+//! Fixtures in `pass_fixtures`.
 
 use super::*;
 

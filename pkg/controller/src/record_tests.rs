@@ -1,6 +1,6 @@
 //! Passes as they write their job's status (`record`) and what goes with it: only from the job
 //! the status was computed from, a refused spec, and the events the write brings. Fixtures in
-//! `pass_tests`.
+//! `pass_fixtures`.
 
 use super::*;
 
