@@ -113,15 +113,16 @@ pub(crate) struct ServeArgs {
     /// second's worth); warnings do not.
     #[arg(long, default_value_t = 5.0)]
     pub(crate) events_per_second: f64,
-    /// Jobs reconciled at once.
-    #[arg(long, default_value_t = 16)]
+    /// Jobs reconciled at once. A pass creating a job's objects holds its slot while its creates
+    /// wait for the shared budget, so this many jobs' creates queue for it at once.
+    #[arg(long, default_value_t = 100)]
     pub(crate) concurrency: u16,
     /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) creates_per_job: u16,
     /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
     /// of the API server. Over HTTP/1.1 each holds a connection of its own.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) creates_in_flight: u16,
     /// Speak HTTP/2 to the API server where it offers it: every request and watch a stream of one
     /// connection, instead of a connection for each request in flight. Measured on 2 cores,

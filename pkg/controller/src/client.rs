@@ -43,6 +43,12 @@ const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(15);
 /// retries such a request; closing idle connections well before the server does avoids it.
 const IDLE_CLOSED_AFTER: Duration = Duration::from_secs(60);
 
+/// Idle connections kept for the next requests. Over HTTP/1.1 each create in flight opens a
+/// connection (about 37 KiB of buffers and TLS state), and a burst of 256 creates in flight left
+/// about 300 idle for a minute afterwards. Within a burst a connection that comes back is taken by
+/// the next create at once; only what a burst leaves idle beyond this closes.
+const IDLE_KEPT: usize = 64;
+
 /// Which HTTP the client speaks to the API server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Http {
@@ -57,14 +63,26 @@ pub enum Http {
 /// algorithm on, under which a request written in two pieces on a busy connection can wait up to
 /// 40 ms for the API server's delayed ACK (`docs/PERFORMANCE.md`, "Nagle's algorithm").
 pub fn client(config: &kube::Config, version: Http, timing: Option<Timing>) -> Result<kube::Client, kube::Error> {
-    pooled(config, version, timing, IDLE_CLOSED_AFTER)
+    pooled(config, version, timing, Pool { idle_for: IDLE_CLOSED_AFTER, kept: IDLE_KEPT })
+}
+
+/// As [`client`] (HTTP/1.1, untimed), keeping every idle connection for its minute: for a test
+/// harness's clients, which stand in for many clients of their own.
+pub fn keeping_every_connection(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+    pooled(config, Http::V1, None, Pool { idle_for: IDLE_CLOSED_AFTER, kept: usize::MAX })
+}
+
+/// How long an idle connection is kept, and how many are.
+struct Pool {
+    idle_for: Duration,
+    kept: usize,
 }
 
 fn pooled(
     config: &kube::Config,
     version: Http,
     timing: Option<Timing>,
-    idle: Duration,
+    pool: Pool,
 ) -> Result<kube::Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -95,7 +113,8 @@ fn pooled(
     let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(idle)
+        .pool_idle_timeout(pool.idle_for)
+        .pool_max_idle_per_host(pool.kept)
         .http2_keep_alive_interval(PING_EVERY)
         .http2_keep_alive_timeout(PING_ANSWERED_WITHIN)
         .build(connector);
@@ -132,7 +151,13 @@ mod tests {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 count.fetch_add(1, Ordering::SeqCst);
-                let answer = service_fn(|_| async { Ok::<_, Infallible>(http::Response::new("ok".to_string())) });
+                let answer = service_fn(|request: http::Request<hyper::body::Incoming>| async move {
+                    // Slow enough that requests sent together each need a connection.
+                    if request.uri().path() == "/slow" {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Ok::<_, Infallible>(http::Response::new("ok".to_string()))
+                });
                 tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), answer));
             }
         });
@@ -144,16 +169,33 @@ mod tests {
         assert_eq!(client.request_text(request).await.unwrap(), "ok");
     }
 
+    async fn ask_slowly(client: &kube::Client) {
+        let request = http::Request::get("/slow").body(Vec::new()).unwrap();
+        assert_eq!(client.request_text(request).await.unwrap(), "ok");
+    }
+
     #[tokio::test]
     async fn a_connection_idle_past_the_pool_limit_is_closed_not_reused() {
         let (url, accepted) = server().await;
         let config = kube::Config::new(url.parse().unwrap());
-        let client = pooled(&config, Http::V1, None, Duration::from_millis(300)).unwrap();
+        let client = pooled(&config, Http::V1, None, Pool { idle_for: Duration::from_millis(300), kept: 8 }).unwrap();
         ask(&client).await;
         ask(&client).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "a connection used a moment ago is reused");
         tokio::time::sleep(Duration::from_millis(700)).await;
         ask(&client).await;
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "a connection idle past the limit is not");
+    }
+
+    #[tokio::test]
+    async fn connections_idle_beyond_those_kept_are_closed() {
+        let (url, accepted) = server().await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let client = pooled(&config, Http::V1, None, Pool { idle_for: Duration::from_secs(60), kept: 1 }).unwrap();
+        let burst = || futures::future::join_all((0..3).map(|_| ask_slowly(&client)));
+        burst().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 3, "three requests at once, three connections");
+        burst().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 5, "one kept idle and reused, two opened again");
     }
 }
