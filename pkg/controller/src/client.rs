@@ -5,10 +5,10 @@
 //! its sockets sending at once (`TCP_NODELAY`, which kube's own builder leaves off).
 //!
 //! HTTP/1.1 carries one request per connection at a time, so the creates in flight open as many
-//! connections, each with its TLS handshake and buffers: with a thousand running jobs, 67.3 MiB at
-//! 256 creates in flight against 57.2 MiB at 64 (about 50 KiB a connection; the goal is 64 MiB),
-//! hence the default of 64. HTTP/2 carries every request and watch as a stream of one connection (53 MiB
-//! at 256), but kube-apiserver, on the same machine and saturated, spent about 0.4 s more CPU
+//! connections, each with its TLS handshake and buffers (about 37 KiB): at most `IDLE_KEPT` stay
+//! open after a burst, and the allocator gives the rest back, so 256 creates in flight (the
+//! default) held 56.7 MiB with a thousand running jobs (the goal is 64 MiB; commit ba1b477).
+//! HTTP/2 carries every request and watch as a stream of one connection, but kube-apiserver, on the same machine and saturated, spent about 0.4 s more CPU
 //! serving a hundred jobs starting over one HTTP/2 connection than over HTTP/1.1 connections, and
 //! the jobs took that much longer to run (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
 //! grants an HTTP/2 connection 100 streams unless its `--http2-max-streams-per-connection` says
@@ -52,7 +52,7 @@ const IDLE_KEPT: usize = 64;
 /// Which HTTP the client speaks to the API server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Http {
-    /// HTTP/1.1 only: a connection per request in flight, kept for the next.
+    /// HTTP/1.1 only: a connection per request in flight, up to `IDLE_KEPT` kept for the next.
     V1,
     /// HTTP/2 where the API server offers it in TLS's ALPN, HTTP/1.1 where it does not.
     V2,

@@ -316,8 +316,8 @@ fn scheduler_config(kubeconfig: &Path) -> String {
 }
 
 /// A client from a kubeconfig file, whatever `KUBECONFIG` says, on the orchestrator's stack
-/// (HTTP/1.1, untimed, every idle connection kept): its sockets send at once, as the Go clients the harness stands in for
-/// (a user, a kubelet) do. kube's own builder leaves Nagle's algorithm on, and the simulated
+/// (HTTP/1.1, untimed, every idle connection kept): its sockets send at once, as the Go clients
+/// the harness stands in for (a user, a kubelet) do. kube's own builder leaves Nagle's algorithm on, and the simulated
 /// kubelets waited on delayed ACKs under it (`docs/PERFORMANCE.md`, "Nagle's algorithm").
 pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     let config = Kubeconfig::read_from(kubeconfig)?;
