@@ -19,11 +19,11 @@ use di_controller::reconciler::{self, Options};
 use di_controller::timing::Timing;
 use tracing::info;
 
-/// jemalloc rather than glibc's malloc (for the replica endpoint too, the same binary): after a burst of creates (a hundred jobs starting, each
-/// create holding a connection and its buffers), glibc kept the freed heap, so the orchestrator
-/// stayed at its peak (83 MiB with 1,000 running jobs at 256 creates in flight, 57 MiB at 64);
-/// jemalloc gives freed pages back within about a second (`.cargo/config.toml`), for the same
-/// idle memory (`docs/PERFORMANCE.md`).
+/// jemalloc rather than glibc's malloc (for the replica endpoint too, the same binary): after a
+/// burst of creates (a hundred jobs starting, each create holding a connection and its buffers),
+/// glibc kept the freed heap, so the orchestrator stayed at its peak (83 MiB with 1,000 running
+/// jobs at 256 creates in flight, 57 MiB at 64); jemalloc gives freed pages back within about a
+/// second (`.cargo/config.toml`), for about the same idle memory (`docs/PERFORMANCE.md`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

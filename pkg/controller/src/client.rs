@@ -8,9 +8,10 @@
 //! connections, each with its TLS handshake and buffers (about 37 KiB): at most `IDLE_KEPT` stay
 //! open after a burst, and the allocator gives the rest back, so 256 creates in flight (the
 //! default) held 56.7 MiB with a thousand running jobs (the goal is 64 MiB; commit ba1b477).
-//! HTTP/2 carries every request and watch as a stream of one connection, but kube-apiserver, on the same machine and saturated, spent about 0.4 s more CPU
-//! serving a hundred jobs starting over one HTTP/2 connection than over HTTP/1.1 connections, and
-//! the jobs took that much longer to run (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
+//! HTTP/2 carries every request and watch as a stream of one connection, but kube-apiserver, on
+//! the same machine and saturated, spent about 0.4 s more CPU serving a hundred jobs starting over
+//! one HTTP/2 connection than over HTTP/1.1 connections, and the jobs took that much longer to run
+//! (`docs/PERFORMANCE.md`, commit 0aad621). kube-apiserver
 //! grants an HTTP/2 connection 100 streams unless its `--http2-max-streams-per-connection` says
 //! more; requests past that wait here for a stream. Pings every 30 s find an HTTP/2 connection
 //! that died quietly, since no read timeout can (watches are quiet for minutes). A connection idle
@@ -164,13 +165,9 @@ mod tests {
         (url, accepted)
     }
 
-    async fn ask(client: &kube::Client) {
-        let request = http::Request::get("/healthz").body(Vec::new()).unwrap();
-        assert_eq!(client.request_text(request).await.unwrap(), "ok");
-    }
-
-    async fn ask_slowly(client: &kube::Client) {
-        let request = http::Request::get("/slow").body(Vec::new()).unwrap();
+    /// Asks the server at `path` (`/slow` answers after a moment).
+    async fn ask(client: &kube::Client, path: &str) {
+        let request = http::Request::get(path).body(Vec::new()).unwrap();
         assert_eq!(client.request_text(request).await.unwrap(), "ok");
     }
 
@@ -179,11 +176,11 @@ mod tests {
         let (url, accepted) = server().await;
         let config = kube::Config::new(url.parse().unwrap());
         let client = pooled(&config, Http::V1, None, Pool { idle_for: Duration::from_millis(300), kept: 8 }).unwrap();
-        ask(&client).await;
-        ask(&client).await;
+        ask(&client, "/healthz").await;
+        ask(&client, "/healthz").await;
         assert_eq!(accepted.load(Ordering::SeqCst), 1, "a connection used a moment ago is reused");
         tokio::time::sleep(Duration::from_millis(700)).await;
-        ask(&client).await;
+        ask(&client, "/healthz").await;
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "a connection idle past the limit is not");
     }
 
@@ -192,7 +189,7 @@ mod tests {
         let (url, accepted) = server().await;
         let config = kube::Config::new(url.parse().unwrap());
         let client = pooled(&config, Http::V1, None, Pool { idle_for: Duration::from_secs(60), kept: 1 }).unwrap();
-        let burst = || futures::future::join_all((0..3).map(|_| ask_slowly(&client)));
+        let burst = || futures::future::join_all((0..3).map(|_| ask(&client, "/slow")));
         burst().await;
         assert_eq!(accepted.load(Ordering::SeqCst), 3, "three requests at once, three connections");
         burst().await;
