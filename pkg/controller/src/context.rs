@@ -56,6 +56,8 @@ pub struct Context {
     pub starting: crate::triggers::Starting,
     /// Passes that wait (`later`).
     pub later: crate::later::Later,
+    /// Namespaces being deleted, whose jobs go with them.
+    pub teardown: crate::teardown::Teardown,
 }
 
 /// Publishes an event on the job without holding up the pass: events inform, they do not gate.

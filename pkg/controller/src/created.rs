@@ -18,6 +18,16 @@ pub enum Kind {
     Service,
 }
 
+impl Kind {
+    /// The API's name of its resource.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::Pod => "pods",
+            Kind::Service => "services",
+        }
+    }
+}
+
 /// One job's creations not yet seen, with when each was made.
 type Unseen = HashMap<(Kind, String), Instant>;
 

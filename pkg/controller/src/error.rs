@@ -51,6 +51,26 @@ impl Error {
             Error::StaleJob => "StaleJob".into(),
         }
     }
+
+    /// The API server's answer, where the error is one.
+    fn answer(&self) -> Option<&kube::Error> {
+        match self {
+            Error::ReadJob { source }
+            | Error::WriteStatus { source }
+            | Error::Create { source, .. }
+            | Error::Delete { source, .. }
+            | Error::MarkRestart { source, .. }
+            | Error::DeleteJob { source }
+            | Error::WriteWorkload { source, .. } => Some(source),
+            Error::Build(_) | Error::NameTaken { .. } | Error::StaleJob => None,
+        }
+    }
+
+    /// Whether the API server refused this because the job's namespace is being deleted
+    /// (`teardown`): not a failure of the job, which goes with its namespace.
+    pub fn says_namespace_terminating(&self) -> bool {
+        self.answer().is_some_and(crate::refusals::says_namespace_terminating)
+    }
 }
 
 /// First wait before a failed pass runs again; it doubles with each failure in a row, up to

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use di_api::DIJob;
 use di_api::contract::names;
@@ -43,6 +44,7 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
     let uid = job.uid().unwrap_or_default();
     let creates = actions.iter().any(|a| matches!(a, Action::CreatePod(_) | Action::CreateService(_)));
     let _creating = creates.then(|| ctx.pacer.creates.start());
+    let stop = Stop::default();
     // Every gang's PodGroup before any pod that joins it.
     crate::podgroups::apply_all(ctx, job, actions).await?;
     if let Some(rbac) = rbac {
@@ -61,10 +63,10 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
             create(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &binding).await?;
             ctx.namespaces.mark_ready(&namespace);
         }
-        carry_out(ctx, job, &after_grants).await
+        carry_out(ctx, job, &after_grants, &stop).await
     };
     // Both to their end: a refused collector does not keep the coordinator from being created.
-    let (mut done, more) = match futures::join!(grants_then_coordinator, carry_out(ctx, job, &others)) {
+    let (mut done, more) = match futures::join!(grants_then_coordinator, carry_out(ctx, job, &others, &stop)) {
         (Ok(done), Ok(more)) => (done, more),
         (Err(e), _) | (_, Err(e)) => {
             // Someone may have deleted the namespace's shared identity (kubectl di uninstall):
@@ -93,7 +95,7 @@ struct Done {
 /// Every action but the replica identity's. What creates nothing goes first, one after another in
 /// the plan's order (a replacement's restart is counted on its Service before the replacement
 /// exists); then the creates, concurrently (`creates`, in the order of `in_order`).
-async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Result<Done, Error> {
+async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &Stop) -> Result<Done, Error> {
     let namespace = job.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -162,8 +164,8 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action]) -> Resu
         }
     }
     let (first, then) = in_order(new_services, new_pods);
-    create_all(ctx, job, (&pods, &services), first).await?;
-    let created = create_all(ctx, job, (&pods, &services), then).await?;
+    create_all(ctx, job, (&pods, &services), first, stop).await?;
+    let created = create_all(ctx, job, (&pods, &services), then, stop).await?;
     ctx.metrics.pods_created.inc_by(created.len() as u64);
     Ok(Done { created, deleted, replaced })
 }
@@ -197,14 +199,50 @@ fn in_order<'a>(services: Vec<&'a Service>, pods: Vec<&'a Pod>) -> (Vec<New<'a>>
 /// pass's), at most: a quota that refuses a thousand pods is told by a few.
 const MORE_WARNINGS: usize = 4;
 
+/// Which of a pass's creates are not sent: once the API server refused one in a way that says it
+/// refuses every further one the same way (`refusals`: the namespace is being deleted, all of
+/// them; a quota's count used up, those of its kind), the rest would only be refused in turn.
+#[derive(Default)]
+struct Stop {
+    all: AtomicBool,
+    pods: AtomicBool,
+    services: AtomicBool,
+}
+
+impl Stop {
+    fn flag(&self, kind: Kind) -> &AtomicBool {
+        match kind {
+            Kind::Pod => &self.pods,
+            Kind::Service => &self.services,
+        }
+    }
+
+    fn skips(&self, kind: Kind) -> bool {
+        self.all.load(Ordering::Relaxed) || self.flag(kind).load(Ordering::Relaxed)
+    }
+
+    fn after(&self, kind: Kind, error: &Error) {
+        if error.says_namespace_terminating() {
+            self.all.store(true, Ordering::Relaxed);
+        } else if let Error::Create { source, .. } = error
+            && crate::refusals::says_count_used_up(source, kind.resource())
+        {
+            self.flag(kind).store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Creates `objects` concurrently (`creates`), in their order; the names of the pods this call
-/// made (not found existing). Every create is tried; a failed one is told on the job by a Warning
-/// naming it, and the pass fails with the first failure, to run again after its backoff.
+/// made (not found existing). Every create is tried unless `stop` says it would be refused; a
+/// failed one is told on the job by a Warning naming it, and the pass fails with the first
+/// failure, to run again after its backoff. A namespace being deleted is told by no Warning:
+/// the job goes with it (`teardown`).
 async fn create_all(
     ctx: &Arc<Context>,
     job: &DIJob,
     (pods, services): (&Api<Pod>, &Api<Service>),
     objects: Vec<New<'_>>,
+    stop: &Stop,
 ) -> Result<Vec<String>, Error> {
     let uid = job.uid().unwrap_or_default();
     let tasks: Vec<_> = objects
@@ -212,10 +250,21 @@ async fn create_all(
         .map(|object| {
             let uid = &uid;
             move || async move {
-                match object {
-                    New::Service(service) => create_one(ctx, services, uid, Kind::Service, service).await.map(|_| None),
-                    New::Pod(pod) => create_one(ctx, pods, uid, Kind::Pod, pod).await,
+                let kind = match object {
+                    New::Service(_) => Kind::Service,
+                    New::Pod(_) => Kind::Pod,
+                };
+                if stop.skips(kind) {
+                    return Ok(None);
                 }
+                let made = match object {
+                    New::Service(service) => create_one(ctx, services, uid, kind, service).await.map(|_| None),
+                    New::Pod(pod) => create_one(ctx, pods, uid, kind, pod).await,
+                };
+                if let Err(e) = &made {
+                    stop.after(kind, e);
+                }
+                made
             }
         })
         .collect();
@@ -229,7 +278,7 @@ async fn create_all(
     }
     let mut failed = failed.into_iter();
     let Some(first) = failed.next() else { return Ok(made) };
-    for other in failed.take(MORE_WARNINGS) {
+    for other in failed.filter(|e| !e.says_namespace_terminating()).take(MORE_WARNINGS) {
         publish_on(ctx, job, EventType::Warning, &other.kind(), "Reconcile", Some(other.to_string()));
     }
     Err(first)

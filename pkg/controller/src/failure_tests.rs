@@ -91,3 +91,60 @@ async fn a_refused_create_keeps_none_of_the_others_from_being_made() {
     .expect("a Warning of its own for the second refusal");
     assert_eq!((warning["type"].as_str(), warning["reason"].as_str()), (Some("Warning"), Some("CreatePod")));
 }
+
+/// The API server's refusal of a create in a namespace being deleted, as NamespaceLifecycle
+/// answers it.
+fn namespace_terminating(kind: &str) -> Answer {
+    let message = "unable to create new content in namespace ns because it is being terminated";
+    Answer::json(
+        403,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden",
+               "message": format!("{kind} is forbidden: {message}"),
+               "details": {"kind": kind, "causes": [{"reason": "NamespaceTerminating", "message": message,
+                                                     "field": "metadata.namespace"}]}}),
+    )
+}
+
+#[tokio::test]
+async fn a_namespace_being_deleted_stops_the_pass_with_no_warning_and_the_job_is_left_to_go() {
+    let job = job(30, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |_| "Running");
+    // Every collector's pod gone with the namespace's deletion, its Services still there.
+    let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() == "job-coordinator").collect();
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        (method == "POST" && path.ends_with("/pods")).then(|| namespace_terminating("pods"))
+    });
+    let ctx = context_with(client, pods, services, Arc::default());
+    let requeue = reconcile(view_of(&job), ctx.clone()).await.expect("not the job's failure");
+    assert_eq!(requeue, Requeue::await_change());
+    let tried = calls(&recorded, "POST", "pods").len();
+    // The window of creates in flight (16 here) at most, not all 30.
+    assert!((1..=16).contains(&tried), "{tried} creates sent into a namespace being deleted");
+    assert!(ctx.teardown.going("ns", "job-uid"));
+
+    // Nothing more for this job: no create, no status, no restart counted, no Warning.
+    let before = recorded.calls().len();
+    reconcile(view_of(&job), ctx.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after: Vec<_> = recorded.calls().into_iter().skip(before).map(|c| format!("{} {}", c.method, c.path)).collect();
+    assert_eq!(after, Vec::<String>::new(), "the second pass sent requests");
+    let events: Vec<_> = recorded.calls().into_iter().filter(|c| c.path.ends_with("/events")).collect();
+    assert!(events.is_empty(), "events published into a namespace being deleted: {events:?}");
+    assert!(ctx.retries.failed("job-uid") == crate::error::RETRY_BASE, "not counted as a failed pass");
+}
+
+#[tokio::test]
+async fn a_quota_whose_pod_count_is_used_up_stops_the_other_pods_but_not_the_services() {
+    let job = job(40, "Running", None);
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        let used_up = "pods \"x\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2";
+        (method == "POST" && path.ends_with("/pods")).then(|| Answer::status(403, used_up))
+    });
+    let ctx = context(client, vec![], vec![]);
+    let error = reconcile(view_of(&job), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.kind(), "CreatePod");
+    let pods = calls(&recorded, "POST", "pods").len();
+    // The collectors' window (16 here) and the coordinator, which waits for its RBAC apart.
+    assert!(pods <= 17, "{pods} of 41 pods tried although the quota's count refuses each");
+    assert_eq!(calls(&recorded, "POST", "services").len(), 41, "Services are another count");
+}

@@ -33,6 +33,13 @@ pub struct RequestLabel {
     pub resource: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabel {
+    pub verb: String,
+    pub resource: String,
+    pub code: u16,
+}
+
 type RequestHistograms = Family<RequestLabel, Histogram, fn() -> Histogram>;
 
 fn latency_buckets() -> Histogram {
@@ -61,6 +68,9 @@ pub struct Metrics {
     pub api_requests: Family<VerbLabel, Counter>,
     /// Time until the API server answered, by verb and resource (watches excluded: they last).
     pub api_request_duration: RequestHistograms,
+    /// Requests the API server refused or failed (an answer of 400 or more), by verb, resource
+    /// and code: what the orchestrator asked for in vain.
+    pub api_requests_refused: Family<RefusalLabel, Counter>,
     registry: Mutex<Registry>,
 }
 
@@ -86,6 +96,7 @@ impl Metrics {
             events_waiting: Gauge::default(),
             api_requests: Family::default(),
             api_request_duration: RequestHistograms::new_with_constructor(latency_buckets),
+            api_requests_refused: Family::default(),
             registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
         };
         {
@@ -119,6 +130,11 @@ impl Metrics {
                 "Time until the API server answered a request, by verb and resource; watches excluded",
                 metrics.api_request_duration.clone(),
             );
+            r.register(
+                "api_requests_refused",
+                "Requests the API server answered with an error (400 or more), by verb, resource and code",
+                metrics.api_requests_refused.clone(),
+            );
         }
         metrics
     }
@@ -141,6 +157,12 @@ impl Metrics {
         }
         let label = RequestLabel { verb: method.to_owned(), resource: resource_of(path) };
         self.api_request_duration.get_or_create(&label).observe(seconds);
+    }
+
+    /// Counts a request the API server answered with an error.
+    pub fn api_request_refused(&self, method: &str, path: &str, code: u16) {
+        let label = RefusalLabel { verb: method.to_owned(), resource: resource_of(path), code };
+        self.api_requests_refused.get_or_create(&label).inc();
     }
 
     pub fn reconcile_failed(&self, kind: &str) {

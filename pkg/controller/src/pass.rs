@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::context::{Context, publish, publish_on};
 use crate::created::Kind;
@@ -34,12 +34,19 @@ pub(crate) async fn reconcile(view: Arc<JobView>, ctx: Arc<Context>) -> Result<R
     // Before any cache is read: this pass reads every report that was waiting for one.
     ctx.later.ran(ObjectRef::from_obj(view.as_ref()));
     let uid = view.uid().unwrap_or_default();
-    match pass(view, &ctx).await {
+    match pass(view.clone(), &ctx).await {
         // The cached job is older than the one stored: the newer one's watch event brings the
         // next pass; the requeue only stands in for a lost event.
         Err(Error::StaleJob) => {
             ctx.metrics.stale_passes.inc();
             Ok(Requeue::after(Duration::from_secs(1)))
+        }
+        // Not the job's failure: it goes with its namespace, and every later pass leaves it be.
+        Err(e) if e.says_namespace_terminating() => {
+            info!(job = %view.name_any(), namespace = ?view.namespace(), "the job's namespace is being deleted: {e}");
+            ctx.teardown.refused(&uid);
+            ctx.retries.succeeded(&uid);
+            Ok(Requeue::await_change())
         }
         Ok(requeue) => {
             ctx.retries.succeeded(&uid);
@@ -54,11 +61,16 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         // Everything the job owns goes with it through garbage collection.
         return Ok(Requeue::await_change());
     }
+    let namespace = view.namespace().unwrap_or_default();
+    if ctx.teardown.going(&namespace, view.uid().as_deref().unwrap_or_default()) {
+        // Its pods going are its namespace's deletion, not a failure or a restart; anything
+        // created would be refused.
+        return Ok(Requeue::await_change());
+    }
     if let Some(why) = view.left_alone() {
         leave_alone(ctx, &view, &why);
         return Ok(Requeue::await_change());
     }
-    let namespace = view.namespace().unwrap_or_default();
     // On the heap: a job is kilobytes, and a hundred passes at once would each hold one inline.
     let mut job = match view.to_job() {
         Ok(job) => Box::new(job),

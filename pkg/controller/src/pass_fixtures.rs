@@ -100,6 +100,7 @@ pub(super) fn context_with(client: Client, pods: Vec<Pod>, services: Vec<Service
         created: Default::default(),
         retries: Default::default(),
         namespaces: Default::default(),
+        teardown: Default::default(),
         creates: crate::creates::Limits::new(16, 64),
         kueue: None,
         starting,

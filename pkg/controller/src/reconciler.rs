@@ -108,6 +108,8 @@ pub async fn run(
         }
         false => (None, None, None),
     };
+    let (teardown, namespace_watch) = crate::teardown::Teardown::watch(&client, namespace, watch_backoff());
+    let namespace_watch = tokio::spawn(namespace_watch);
     let reporter = Reporter { controller: MANAGER.into(), instance: std::env::var("KUBERNETES_POD_NAME").ok() };
     let pacer = Pacer::new(options.status_period, options.status_writes_per_second);
     let recorder = Recorder::new(client.clone(), reporter);
@@ -137,6 +139,7 @@ pub async fn run(
         kueue,
         starting: starting.clone(),
         later,
+        teardown: teardown.clone(),
     });
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
@@ -149,6 +152,7 @@ pub async fn run(
             // A deleted job waits for no pod.
             if let Ok(Event::Delete(job)) = event {
                 starting.set(&job.namespace().unwrap_or_default(), &job.name_any(), None);
+                teardown.forget(&job.uid().unwrap_or_default());
             }
         });
     // No pass runs before the pods and services are listed: a pass over an empty cache would see
@@ -209,6 +213,7 @@ pub async fn run(
     })
     .await;
     gauges.abort();
+    namespace_watch.abort();
     if let Some(watches) = cluster_watches {
         watches.abort();
     }

@@ -39,9 +39,9 @@ pub struct Timed<S> {
     metrics: Arc<Metrics>,
 }
 
-impl<S, B> Service<Request<B>> for Timed<S>
+impl<S, B, R> Service<Request<B>> for Timed<S>
 where
-    S: Service<Request<B>>,
+    S: Service<Request<B>, Response = http::Response<R>>,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -61,6 +61,11 @@ where
         Box::pin(async move {
             let result = answer.await;
             metrics.api_request_answered(&method, &path, query.as_deref(), start.elapsed().as_secs_f64());
+            if let Ok(response) = &result
+                && (response.status().is_client_error() || response.status().is_server_error())
+            {
+                metrics.api_request_refused(&method, &path, response.status().as_u16());
+            }
             result
         })
     }
@@ -106,5 +111,23 @@ mod tests {
         // Timed until answered: at least the time the API server took.
         assert!(sum(get).unwrap() >= 2.0 * ANSWER_AFTER.as_secs_f64(), "{text}");
         assert!(sum(patch).unwrap() >= ANSWER_AFTER.as_secs_f64(), "{text}");
+        assert!(!text.contains("api_requests_refused_total{"), "none refused: {text}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_counted_by_verb_resource_and_code() {
+        let refusal = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden", "message": "no"});
+        let service = FakeApiServer::new(move |_| Answer::json(403, refusal.clone()));
+        let metrics = Arc::new(Metrics::new());
+        let pods: Api<Pod> = Api::namespaced(kube::Client::new(Timing::new(metrics.clone()).layer(service), "a"), "a");
+        let pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}})).unwrap();
+        for _ in 0..3 {
+            pods.create(&Default::default(), &pod).await.unwrap_err();
+        }
+        pods.get("p").await.unwrap_err();
+        let text = metrics.encode();
+        let refused = |labels: &str| sample(&text, &format!("di_orchestrator_api_requests_refused_total{labels}"));
+        assert_eq!(refused(r#"{verb="POST",resource="pods",code="403"}"#), Some(3.0), "{text}");
+        assert_eq!(refused(r#"{verb="GET",resource="pods",code="403"}"#), Some(1.0), "{text}");
     }
 }
