@@ -112,6 +112,34 @@ fn a_finished_job_finishes_its_workload_and_an_unchanged_report_writes_nothing()
 }
 
 #[test]
+fn an_ended_job_keeps_its_quota_while_a_pod_of_it_still_runs() {
+    let job = queued_job(1);
+    let w = admitted(&job);
+    let finished = |status: &Value| {
+        status["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Finished" && c["status"] == "True")
+    };
+    // cleanPodPolicy None: the coordinator succeeded, a collector runs on.
+    let running_on = said(&w, false, Some(true), true);
+    assert!(!running_on.as_ref().is_some_and(finished), "quota given back with a pod running: {running_on:?}");
+    let ended = said(&w, false, Some(true), false).expect("Finished reported once the pods ended");
+    assert!(finished(&ended));
+
+    // Through a whole pass: a queued job whose coordinator succeeded and whose collector runs.
+    let none = queued_job_with_policy(1, "None");
+    let (pods, services) = world_of(&none, |name| Some(if name.ends_with("coordinator") { "Succeeded" } else { "Running" }));
+    let plan = decide_in(&none, &pods, &services, kueue(Some(admitted(&none))));
+    assert_eq!(plan.status.phase, Some(Phase::Succeeded));
+    let told = queued::written(&plan);
+    assert!(!told.as_ref().is_some_and(finished), "Kueue told the job finished while its collector runs: {told:?}");
+}
+
+fn queued_job_with_policy(collectors: i32, policy: &str) -> DIJob {
+    let mut job = queued_job(collectors);
+    job.spec.clean_pod_policy = Some(policy.into());
+    job
+}
+
+#[test]
 fn an_evicted_job_loses_its_pods_then_gives_its_admission_back() {
     let job = queued_job(1);
     let mut w = admitted(&job);

@@ -19,8 +19,8 @@ pub struct Report {
 }
 
 /// What the orchestrator tells Kueue of its job: the Workload's status with the conditions it
-/// owns brought up to date (`PodsReady`, `Finished`) and the pods it gives back, and after an
-/// eviction whose pods are gone, the admission given back. `None` when the stored status already
+/// owns brought up to date (`PodsReady`, `Finished` once no pod of an ended job runs) and the pods
+/// it gives back, and after an eviction whose pods are gone, the admission given back. `None` when the stored status already
 /// says all of it.
 pub fn report(workload: &Value, seen: &Report, now: Timestamp) -> Option<Value> {
     let Report { ready, finished, pods_active, .. } = *seen;
@@ -30,7 +30,10 @@ pub fn report(workload: &Value, seen: &Report, now: Timestamp) -> Option<Value> 
     }
     let generation = workload["metadata"]["generation"].clone();
     let evicted = condition(workload, "Evicted").filter(|c| c["status"] == "True").cloned();
-    if let Some(success) = finished {
+    // The quota goes back only once no pod of the job can still run: a job that ended with pods
+    // running (`cleanPodPolicy: None`, collectors a task job's success leaves behind) keeps its
+    // place until they end, or Kueue would admit another job beside them.
+    if let Some(success) = finished.filter(|_| !pods_active) {
         let reason = if success { "Succeeded" } else { "Failed" };
         set(
             &mut status,
