@@ -309,6 +309,7 @@ fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
         (Why::Reported, "ReportedFailed"),
         (Why::Rebuilt, "Rebuilt"),
         (Why::JobRestart, "JobRestarted"),
+        (Why::Disrupted, "Disrupted"),
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {

@@ -109,6 +109,8 @@ pub enum Why {
     Rebuilt,
     /// A task job with `restartPolicy: Job` replaces every pod when one fails.
     JobRestart,
+    /// A disruption ended it (`disruption`): replaced, not counted.
+    Disrupted,
 }
 
 #[derive(Clone, Debug, PartialEq)]

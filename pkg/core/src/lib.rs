@@ -6,6 +6,7 @@
 
 pub mod decision;
 pub mod desired;
+pub mod disruption;
 mod gangs;
 pub mod lost;
 pub mod plan;

@@ -1,5 +1,5 @@
-//! A coordinator pod that went away while its job ran: evicted by the API, preempted, deleted by
-//! hand. Running it again from scratch is what a job needs, but never silently: each loss is
+//! A coordinator pod that went away while its job ran: evicted by the API or by its kubelet,
+//! preempted, deleted by hand. Running it again from scratch is what a job needs, but never silently: each loss is
 //! counted on the coordinator's Service like any replica's restart, against `spec.restartLimit`,
 //! and shown (the restart's event, `status.restarts`). Past the limit the job fails.
 
@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::decision::restarts_of;
+use crate::disruption::disrupted;
 use crate::status::is_terminating;
 
 /// One loss of the job's coordinator.
@@ -39,8 +40,9 @@ pub fn lost(
         return None;
     }
     let key = match coordinator {
-        // Whatever its phase: the kubelet marks a deleted pod Failed on its way out.
-        Some(pod) if is_terminating(pod) => pod.uid()?,
+        // Whatever its phase: the kubelet marks a deleted pod Failed on its way out. One a
+        // disruption ended (evicted under node pressure, preempted) went away the same way.
+        Some(pod) if is_terminating(pod) || disrupted(pod).is_some() => pod.uid()?,
         Some(_) => return None,
         None => format!("gone-at-{}", job.resource_version().unwrap_or_default()),
     };

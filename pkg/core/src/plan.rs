@@ -15,6 +15,7 @@ use kube::ResourceExt;
 pub use crate::decision::{Action, Plan, Why, World, backoff};
 use crate::decision::{cleanup, delete_pod, delete_service, restart_after, restarts_of};
 use crate::desired::{self, BuildError, Settings, identity};
+use crate::disruption::disrupted;
 use crate::restarts::Mark;
 use crate::status::{self, Facts, is_terminating, pod_phase};
 
@@ -130,6 +131,14 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                     }
                 }
                 Some(pod) if is_terminating(pod) => {}
+                // Replaced at once and not counted: nothing the replica did ended it. A
+                // coordinator's loss is counted above (`lost`).
+                Some(pod) if disrupted(pod).is_some() => {
+                    actions.push(delete_pod(pod, Why::Disrupted));
+                    if replica.role == Role::Aggregator {
+                        failed_aggregators.insert(replica.index);
+                    }
+                }
                 Some(pod)
                     if replica.role != Role::Coordinator
                         && reported.contains(&(pod_name.clone(), pod.uid().unwrap_or_default())) =>

@@ -59,7 +59,9 @@ pub fn job_phase(previous: Option<Phase>, coordinator: Option<&Pod>) -> Phase {
     if let Some(p) = previous.filter(|p| p.is_finished()) {
         return p;
     }
-    match coordinator.filter(|p| !is_terminating(p)).map(pod_phase) {
+    // A coordinator a disruption ended is lost, not failed (`lost`).
+    let deciding = |p: &&Pod| !is_terminating(p) && crate::disruption::disrupted(p).is_none();
+    match coordinator.filter(deciding).map(pod_phase) {
         None | Some("Pending") => Phase::Created,
         Some("Running") => Phase::Running,
         Some("Succeeded") => Phase::Succeeded,

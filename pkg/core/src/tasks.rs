@@ -23,6 +23,7 @@ use crate::decision::{
     Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of,
 };
 use crate::desired::{self, BuildError, Settings, TaskObjects};
+use crate::disruption::disrupted;
 use crate::restarts::Mark;
 use crate::status::{self, Facts, is_terminating, pod_phase};
 
@@ -51,8 +52,12 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
 
     let live = |p: &&Pod| !is_terminating(p);
     let failed: Vec<&Pod> = world.pods.iter().copied().filter(live).filter(|p| pod_phase(p) == "Failed").collect();
-    let new_failures: Vec<&Pod> =
-        failed.iter().copied().filter(|p| !counted.contains(&p.uid().unwrap_or_default())).collect();
+    // A pod a disruption ended is replaced like a failed one, but counts against no limit.
+    let new_failures: Vec<&Pod> = failed
+        .iter()
+        .copied()
+        .filter(|p| !counted.contains(&p.uid().unwrap_or_default()) && disrupted(p).is_none())
+        .collect();
     let policy = tasks::restart_policy(job);
     let limit = tasks::backoff_limit(job);
 
@@ -108,6 +113,8 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             let stale = pod.annotations().get(annotations::PEERS) != Some(&wanted.peers);
             if restart_all {
                 actions.push(delete_pod(pod, Why::JobRestart));
+            } else if disrupted(pod).is_some() {
+                actions.push(delete_pod(pod, Why::Disrupted));
             } else if pod_phase(pod) == "Failed" {
                 actions.push(delete_pod(pod, Why::Failed));
             } else if !current.contains(&pod.name_any()) {

@@ -133,3 +133,67 @@ fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
     let again = decide(&running_at(later), &pods, &marked, later);
     assert_eq!(marks(&again), 1, "{:?}", again.actions);
 }
+
+/// `pod` ended by its kubelet's eviction under node pressure, as the kubelet reports it.
+fn evicted(mut pod: k8s_openapi::api::core::v1::Pod) -> k8s_openapi::api::core::v1::Pod {
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory.",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet"}]}))
+        .unwrap(),
+    );
+    pod
+}
+
+#[test]
+fn a_coordinator_its_kubelet_evicted_is_a_counted_restart_not_the_jobs_failure() {
+    let running = with_status(
+        job(1, 0, json!({"restartLimit": 1})),
+        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
+    );
+    let (mut pods, services) = world_of(&running, |_| Some("Running"));
+    for pod in pods.iter_mut().filter(|p| p.name_any() == "job-coordinator") {
+        *pod = evicted(pod.clone());
+    }
+    let plan = decide(&running, &pods, &services, now());
+    assert_ne!(plan.status.phase, Some(Phase::Failed), "{:?}", plan.status);
+    let mark = plan.actions.iter().find_map(|a| match a {
+        Action::MarkRestart { service, mark } if service == "job-coordinator" => Some(mark.clone()),
+        _ => None,
+    });
+    let mark = mark.expect("the eviction is counted on the coordinator's Service");
+    assert_eq!((mark.restarts, mark.failed_uid.as_str()), (1, "uid-job-coordinator"));
+    assert_eq!(deleted(&plan.actions), [("job-coordinator".to_owned(), Why::Disrupted)], "then run again");
+
+    // Against its limit like any loss: a second one past restartLimit 1 fails the job.
+    let counted = coordinator_marked(&services, &Mark { failed_uid: "an-earlier-loss".into(), ..mark });
+    let past = decide(&running, &pods, &counted, now() + SignedDuration::from_secs(60));
+    assert_eq!(past.status.phase, Some(Phase::Failed));
+    let failed = past.status.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("CoordinatorLost"), "{failed:?}");
+}
+
+#[test]
+fn a_replica_a_disruption_ended_is_replaced_without_counting_against_the_limit() {
+    let running = with_status(
+        job(2, 0, json!({"restartLimit": 0})),
+        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
+    );
+    let (mut pods, services) = world_of(&running, |_| Some("Running"));
+    for pod in pods.iter_mut().filter(|p| p.name_any() == "job-collector-1") {
+        *pod = evicted(pod.clone());
+    }
+    let plan = decide(&running, &pods, &services, now());
+    assert_eq!(plan.status.phase, Some(Phase::Running));
+    assert_eq!(deleted(&plan.actions), [("job-collector-1".to_owned(), Why::Disrupted)]);
+    assert!(!plan.actions.iter().any(|a| matches!(a, Action::MarkRestart { .. })), "{:?}", plan.actions);
+    let over = plan.status.conditions.iter().find(|c| c.type_ == "RestartLimitExceeded" && c.status == "True");
+    assert!(over.is_none(), "{over:?}");
+    // A failure of its own, by contrast, is past restartLimit 0.
+    let (mut pods, services) = world_of(&running, |_| Some("Running"));
+    for pod in pods.iter_mut().filter(|p| p.name_any() == "job-collector-1") {
+        *pod = common::observed(pod.clone(), "Failed");
+    }
+    let plan = decide(&running, &pods, &services, now());
+    assert!(deleted(&plan.actions).is_empty(), "kept, past its limit: {:?}", plan.actions);
+}

@@ -126,7 +126,8 @@ fn an_ended_job_keeps_its_quota_while_a_pod_of_it_still_runs() {
 
     // Through a whole pass: a queued job whose coordinator succeeded and whose collector runs.
     let none = queued_job_with_policy(1, "None");
-    let (pods, services) = world_of(&none, |name| Some(if name.ends_with("coordinator") { "Succeeded" } else { "Running" }));
+    let (pods, services) =
+        world_of(&none, |name| Some(if name.ends_with("coordinator") { "Succeeded" } else { "Running" }));
     let plan = decide_in(&none, &pods, &services, kueue(Some(admitted(&none))));
     assert_eq!(plan.status.phase, Some(Phase::Succeeded));
     let told = queued::written(&plan);

@@ -273,3 +273,21 @@ fn a_finished_task_job_with_a_ttl_is_deleted_when_it_expires() {
     let late = decide(&finished, &pods, &[], now() + SignedDuration::from_secs(3));
     assert!(late.actions.contains(&Action::DeleteJob), "{:?}", late.actions);
 }
+
+#[test]
+fn a_pod_a_disruption_ended_is_replaced_without_counting_against_the_backoff_limit() {
+    let job = with_phase(job(2, json!({"backoffLimit": 0})), Phase::Running);
+    let (mut pods, service) = world_of(&job, |_| Some("Running"), &[]);
+    for pod in pods.iter_mut().filter(|p| p.name_any() == "cp-collector-1") {
+        let preempted = json!({"phase": "Failed", "conditions": [
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]});
+        pod.status = Some(serde_json::from_value(preempted).unwrap());
+    }
+    let plan = decide(&job, &pods, std::slice::from_ref(&service), now());
+    assert_ne!(plan.status.phase, Some(Phase::Failed), "{:?}", plan.status.conditions);
+    assert_eq!(marked(&plan), None, "not counted");
+    assert_eq!(deleted(&plan), [("cp-collector-1".to_string(), Why::Disrupted)]);
+    // Once it is gone, it comes back under its name at once.
+    let (pods, service) = world_of(&job, |p| (p != "cp-collector-1").then_some("Running"), &[]);
+    assert_eq!(created(&decide(&job, &pods, &[service], now())), ["cp-collector-1"]);
+}

@@ -297,6 +297,25 @@ impl SimulatedNodes {
         });
         set_status(&api, &current, status).await.unwrap_or_else(|e| panic!("ending pod {pod}: {e}"));
     }
+
+    /// Evicts `pod` as a kubelet under node pressure does: its containers killed, the pod left
+    /// `Failed` with reason `Evicted` and the condition `DisruptionTarget`.
+    pub async fn evict(&self, namespace: &str, pod: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let current = api.get(pod).await.unwrap_or_else(|e| panic!("pod {pod}: {e}"));
+        let now = Timestamp::now().to_string();
+        let status = json!({
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "The node was low on resource: memory. Threshold quantity: 100Mi, available: 60Mi.",
+            "conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": now, "reason": "PodFailed"},
+                {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": now,
+                 "reason": "TerminationByKubelet", "message": "The node was low on resource: memory."},
+            ],
+        });
+        set_status(&api, &current, status).await.unwrap_or_else(|e| panic!("evicting pod {pod}: {e}"));
+    }
 }
 
 fn container_names(pod: &Pod) -> Vec<String> {
