@@ -188,7 +188,10 @@ pub struct CollectorSpec {
 
     /// Desired number of collectors. The coordinator changes it at run time through the
     /// replica endpoint; unset means 0.
+    // Bounded in the schema too: `kubectl scale` writes it through the scale subresource, which
+    // no admission webhook sees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
 }
 
@@ -204,11 +207,13 @@ pub struct LearnerSpec {
     /// Desired number of logic learners. The coordinator changes it at run time through the
     /// replica endpoint; unset means 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// GPUs per logic learner. More than one makes each logic learner an aggregator plus DDP
     /// learners that share the GPUs. Unset takes the template's `nvidia.com/gpu` limit, or 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::contract::MAX_GPUS_PER_LEARNER))]
     pub gpus: Option<i32>,
 
     /// The AggregatorConfig (`name` in the job's namespace, or `namespace/name`) whose template

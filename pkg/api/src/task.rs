@@ -24,6 +24,7 @@ pub struct TaskSpec {
 
     /// Number of pods of the task (at least 1). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// `true` makes this task the one whose pods decide the job's success: the job succeeds when

@@ -50,6 +50,17 @@ async fn kubectl_scale_sets_a_role_jobs_collectors() {
     let mut names: Vec<String> = pods.items.iter().filter_map(|p| p.metadata.name.clone()).collect();
     names.sort();
     assert_eq!(names, ["scaled-collector-0", "scaled-collector-1", "scaled-collector-2"]);
+
+    // Past the bound: the scale subresource reaches no webhook, so the CRD's schema refuses it,
+    // and nothing of it is stored.
+    let patch = json!({"spec": {"replicas": 1500}});
+    let refused = s.jobs.patch_scale("scaled", &PatchParams::default(), &Patch::Merge(&patch)).await;
+    let Err(kube::Error::Api(status)) = refused else { panic!("scaled past the bound: {refused:?}") };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("spec.collector.replicas"), "the field is named: {}", status.message);
+    assert!(status.message.contains("1000"), "the bound is said: {}", status.message);
+    let job = s.jobs.get("scaled").await.unwrap();
+    assert_eq!(job.spec.collector.and_then(|c| c.replicas), Some(3));
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use di_api::DIJob;
+use di_e2e::binaries::repo_root;
 use di_e2e::cluster::{MANAGER, connect, within};
 use di_e2e::orchestrator::LocalOrchestrator;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -114,14 +115,26 @@ async fn the_api_server_defaults_and_validates_through_the_webhook() {
     Box::pin(cluster.install_crds()).await;
     let ns = Box::pin(cluster.namespace("webhook")).await;
     let webhooks = Box::pin(Webhooks::serve(&cluster, &ns)).await;
-    // An invalid job: refused at once, every problem named with its field and fix.
+    // An invalid job: its replica count past the bound is refused by the CRD's schema (which
+    // `kubectl scale` meets too, where no webhook looks), before any webhook is asked.
     let out = cluster.kubectl(&["apply", "-n", &ns, "-f", "manifests/examples/invalid.yaml"]).expect("kubectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the invalid job was accepted: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        stderr.contains("spec.collector.replicas: Invalid value: 5000: spec.collector.replicas in body should be less than or equal to 1000"),
+        "{stderr}"
+    );
+    // Within the schema's bounds, the webhook names every other problem with its field and fix.
+    let example = std::fs::read_to_string(repo_root().join("manifests/examples/invalid.yaml")).unwrap();
+    let bounded = std::env::temp_dir().join(format!("{ns}-invalid.yaml"));
+    std::fs::write(&bounded, example.replace("replicas: 5000", "replicas: 2")).unwrap();
+    let out = cluster.kubectl(&["apply", "-n", &ns, "-f", bounded.to_str().unwrap()]).expect("kubectl");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the invalid job was accepted: {}", String::from_utf8_lossy(&out.stdout));
     for expected in [
         "admission webhook \"vdijob.diengine.opendilab.org\" denied the request",
         "spec.cleanPodPolicy: Unsupported value \"Sometimes\": use one of \"Running\", \"All\", \"None\"",
-        "spec.collector.replicas: Invalid value: 5000: must be between 0 and 1000",
+        "GPUs are counted in whole devices",
     ] {
         let log = webhooks.log();
         assert!(
