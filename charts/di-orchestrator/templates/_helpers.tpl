@@ -114,9 +114,10 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
   verbs: ["get", "list", "watch", "create", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  # patch: a replica's restart count lives in its Service's annotations. No get: the
-  # orchestrator reads Services from its watch, and binds no role that grants reading them.
-  verbs: ["list", "watch", "create", "delete", "patch"]
+  # patch: a replica's restart count lives in its Service's annotations. get: only when a
+  # create finds the name taken, to see whether the Service there is the job's (the watch sees
+  # only what the orchestrator labels).
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
 # get: one that exists already must be the job's own, not a deleted namesake's.
 - apiGroups: [""]
   resources: ["serviceaccounts"]

@@ -348,3 +348,25 @@ fn the_sample_factory_example_runs_to_success() {
     assert!(stderr.contains("is Succeeded"), "{stderr}");
     assert!(dir.join("run/configmaps/sf-appo-worker/sf_worker.py").is_file());
 }
+
+#[test]
+fn a_port_something_on_the_machine_listens_on_is_passed_over() {
+    let Some(_turn) = turn() else { return };
+    let dir = scratch("ports");
+    let marker = format!("ports-{}", std::process::id());
+    // What a local etcd or kind's NodePort would hold: the port the second collector would get.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().port();
+    let job = serde_json::json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "ports"},
+        "spec": {"coordinator": {"template": worker(COORDINATOR, &marker)},
+                 "collector": {"replicas": 0, "template": worker(ROLE_COLLECTOR, &marker)}},
+    });
+    let out = run_command(&dir, &job).args(["--first-port", &(taken - 2).to_string()]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "the coordinator's code: {stdout}{stderr}");
+    assert!(stdout.contains("collector says ports-collector-1"), "{stdout}");
+    assert!(!stderr.contains("Address already in use"), "{stderr}");
+    drop(held);
+}

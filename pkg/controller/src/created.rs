@@ -54,6 +54,11 @@ impl Created {
         }
         unseen
     }
+
+    /// Forgets a deleted job: no pass of it will ask again.
+    pub fn forget(&self, job_uid: &str) {
+        self.0.lock().expect("created lock").remove(job_uid);
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +81,14 @@ mod tests {
         assert_eq!(created.unseen("job", Kind::Service, &set(&[])), set(&["a"]));
         assert_eq!(created.unseen("job", Kind::Pod, &set(&["a"])), set(&[]));
         assert_eq!(created.unseen("other", Kind::Pod, &set(&[])), set(&[]));
+    }
+
+    #[test]
+    fn a_deleted_job_is_forgotten() {
+        let created = Created::default();
+        created.wrote("job", Kind::Pod, "a");
+        created.forget("job");
+        assert!(created.0.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -333,9 +333,9 @@ async fn create_one<K>(ctx: &Context, api: &Api<K>, uid: &str, kind: Kind, objec
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let made = create(api, object).await?;
-    // Created or found existing, either way it is there: no pass creates it again before the
-    // cache shows it.
+    let made = create_owned(api, object, uid).await?;
+    // Created or found existing and the job's, either way it is there: no pass creates it again
+    // before the cache shows it.
     ctx.created.wrote(uid, kind, &object.name_any());
     Ok(made.then(|| object.name_any()))
 }
@@ -382,23 +382,25 @@ where
     }
 }
 
-/// Creates one of the job's RBAC objects, which no cache follows: one that exists already must
-/// be the job's own, not a predecessor's of the same name that garbage collection is about to
-/// take away from under the new job's sidecar.
-async fn create_owned<K>(api: &Api<K>, object: &K, uid: &str) -> Result<(), Error>
+/// Creates one of the job `uid`'s objects; `Ok(false)` when it exists already. One that exists
+/// must be the job's own: not a predecessor's of the same name that garbage collection is about
+/// to take away, nor an object no job owns (a Service of that name would take over the replica's
+/// DNS name), which the caches, watching only what the orchestrator labels, may not show. Only
+/// its metadata is read, and only then.
+async fn create_owned<K>(api: &Api<K>, object: &K, uid: &str) -> Result<bool, Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
     if create(api, object).await? {
-        return Ok(());
+        return Ok(true);
     }
     let name = object.name_any();
-    let found = api.get_opt(&name).await;
+    let found = api.get_metadata_opt(&name).await;
     let kind = K::kind(&()).into_owned();
     match found.map_err(|source| Error::Create { kind: kind.clone(), name: name.clone(), source })? {
-        Some(found) if controller_uid(found.meta()) != Some(uid) => Err(Error::NameTaken { kind, name }),
+        Some(found) if controller_uid(&found.metadata) != Some(uid) => Err(Error::NameTaken { kind, name }),
         // Ours, or gone since: the next pass creates it again.
-        _ => Ok(()),
+        _ => Ok(false),
     }
 }
 

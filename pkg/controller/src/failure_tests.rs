@@ -148,3 +148,27 @@ async fn a_quota_whose_pod_count_is_used_up_stops_the_other_pods_but_not_the_ser
     assert!(pods <= 17, "{pods} of 41 pods tried although the quota's count refuses each");
     assert_eq!(calls(&recorded, "POST", "services").len(), 41, "Services are another count");
 }
+
+#[tokio::test]
+async fn a_name_an_object_of_another_owner_holds_is_not_taken_as_the_jobs() {
+    let job = job(1, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |_| "Running");
+    // The collector's pod is gone; an unlabelled Service of its name, no job's, is not cached.
+    let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "job-collector-0").collect();
+    let services: Vec<Service> = services.into_iter().filter(|s| s.name_any() != "job-collector-0").collect();
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        let foreign = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                             "metadata": {"name": "job-collector-0", "namespace": "ns", "uid": "someone-elses"}});
+        match (method, path) {
+            ("POST", p) if p.ends_with("/services") => {
+                Some(Answer::status(409, "services \"job-collector-0\" already exists"))
+            }
+            ("GET", p) if p.ends_with("/services/job-collector-0") => Some(Answer::json(200, foreign)),
+            _ => None,
+        }
+    });
+    let error = reconcile(view_of(&job), context(client, pods, services)).await.unwrap_err();
+    assert_eq!(error.kind(), "NameTaken", "{error}");
+    assert!(error.to_string().contains("Service job-collector-0 belongs to another owner"), "{error}");
+    assert_eq!(calls(&recorded, "GET", "services"), ["job-collector-0"], "its owner read once, by name");
+}

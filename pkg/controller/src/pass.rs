@@ -296,7 +296,7 @@ async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
 /// it, so the job is left alone until it changes. A job that never started is marked Failed; one
 /// that runs keeps running as it is, on the last spec it could act on, and says why in a
 /// condition, rather than fail for good while its pods go on. Its coordinator's end is still
-/// recorded and cleaned up after (`plan::finish_held`).
+/// recorded and cleaned up after (`plan::finish_held`), and its queue still obeyed (`queue::obey`).
 async fn refuse(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -> Result<Requeue, Error> {
     // On the heap: refusals are rare, and inline their future would make every pass's twice as
     // big.
@@ -310,14 +310,19 @@ async fn refused(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &str) -
         return Ok(Requeue::await_change());
     }
     let members = members(ctx, job);
-    match plan::finish_held(job, &members.world(), &ctx.settings) {
-        Some(plan) => {
+    let mut world = members.world();
+    world.queue = crate::workloads::queue_of(ctx, job);
+    match plan::finish_held(job, &world, &ctx.settings) {
+        Some(mut plan) => {
+            plan.actions.extend(crate::queue::obey(job, &world, plan.status.phase));
             record_status(ctx, job, &plan.status).await?;
             execute(ctx, job, &plan.actions).await?;
             Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::after))
         }
         None => {
             hold(ctx, job, reason, message).await?;
+            // Its queue still decides whether its pods may run.
+            execute(ctx, job, &crate::queue::obey(job, &world, None)).await?;
             Ok(Requeue::await_change())
         }
     }

@@ -139,20 +139,24 @@ pub async fn run(
         kueue,
         starting: starting.clone(),
         later,
-        teardown: teardown.clone(),
+        teardown,
     });
     let jobs = api::<JobView>(&client, options.namespace.as_deref());
     let (job_store, job_writer) = reflector::store();
     let arrived = starting.clone();
+    let bookkeeping = context.clone();
     let job_stream = watcher(jobs, watcher::Config::default().any_semantic())
         .backoff(watch_backoff())
         .modify(JobView::slim)
         .reflect(job_writer)
         .inspect(move |event| {
-            // A deleted job waits for no pod.
+            // A deleted job waits for no pod, and what was kept of it goes.
             if let Ok(Event::Delete(job)) = event {
                 starting.set(&job.namespace().unwrap_or_default(), &job.name_any(), None);
-                teardown.forget(&job.uid().unwrap_or_default());
+                let uid = job.uid().unwrap_or_default();
+                bookkeeping.teardown.forget(&uid);
+                bookkeeping.created.forget(&uid);
+                bookkeeping.retries.succeeded(&uid);
             }
         });
     // No pass runs before the pods and services are listed: a pass over an empty cache would see

@@ -180,6 +180,36 @@ pub fn beyond_room(
     Ok(admitted::over(&rooms(workload, &sets, pods, !job.spec.is_task_job()), &sets, pods))
 }
 
+/// What a job held on a spec it cannot act on (`plan::finish_held`) still owes its queue, whose
+/// Workload keeps its place in the ClusterQueue: when Kueue evicts it (or never admitted it), its
+/// pods go, and the admission is given back once they are gone; once it has ended (`phase`) with
+/// no pod running, Kueue hears that it finished. Its podSets, which the spec cannot build, are
+/// left as they are.
+pub fn obey(job: &DIJob, world: &World, phase: Option<Phase>) -> Vec<Action> {
+    let (Some(name), Some(queue @ Queue::Kueue { workload: Some(workload), .. })) = (queue_name(job), &world.queue)
+    else {
+        return vec![];
+    };
+    let finished = phase.filter(|p| p.is_finished());
+    let held = matches!(standing(name, queue), Standing::Held { .. }) && finished.is_none();
+    let mut actions: Vec<Action> = vec![];
+    if held {
+        let live = world.pods.iter().filter(|p| !crate::status::is_terminating(p));
+        actions.extend(live.map(|p| crate::decision::delete_pod(p, crate::decision::Why::Suspended)));
+    }
+    if held || finished.is_some() {
+        let active = world.pods.iter().any(|p| crate::status::is_active(p));
+        let seen =
+            Report { finished: finished.map(|p| p == Phase::Succeeded), pods_active: active, ..Report::default() };
+        if let Some(reported) = report(workload, &seen, world.now) {
+            let mut written = workload.clone();
+            written["status"] = reported;
+            actions.push(Action::WriteWorkloadStatus(Box::new(written)));
+        }
+    }
+    actions
+}
+
 /// Deletes `workload` as read (its UID and resourceVersion: not a newer one, nor one Kueue has
 /// changed since).
 fn delete_workload(workload: &Value) -> Action {

@@ -270,3 +270,43 @@ fn task_names_never_collide_with_a_second_shape_and_too_many_pod_sets_are_refuse
     assert!(!plan.actions.iter().any(|a| matches!(a, Action::CreateWorkload(_))), "{:?}", plan.actions);
     assert_eq!(condition(&plan, "Queued").reason.as_deref(), Some("TooManyPodSets"));
 }
+
+#[test]
+fn a_job_held_on_a_spec_it_cannot_act_on_still_obeys_its_queue() {
+    use di_core::queue::obey;
+    let job = queued_job(1);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let in_queue = |workload: Value| {
+        let mut world = common::world(&pods, &services, common::now());
+        world.queue = Some(kueue(Some(workload)));
+        obey(&job, &world, None)
+    };
+    // Admitted and running: nothing to do.
+    assert!(in_queue(admitted(&job)).is_empty());
+    // Evicted: every pod goes; the admission is given back only once they are gone.
+    let mut evicted = admitted(&job);
+    evicted["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "Evicted", "status": "True",
+        "reason": "Preempted", "message": "preempted", "lastTransitionTime": "2026-11-22T09:30:00Z"}));
+    let actions = in_queue(evicted.clone());
+    let deleted = actions.iter().filter(|a| matches!(a, Action::DeletePod { .. })).count();
+    assert_eq!(deleted, pods.len(), "{actions:?}");
+    assert!(!actions.iter().any(|a| matches!(a, Action::WriteWorkloadStatus(_))), "not while its pods run");
+    let mut world = common::world(&[], &services, common::now());
+    world.queue = Some(kueue(Some(evicted)));
+    let gone = obey(&job, &world, None);
+    let written = gone.iter().find_map(|a| match a {
+        Action::WriteWorkloadStatus(w) => Some(w["status"].clone()),
+        _ => None,
+    });
+    assert!(written.is_some_and(|s| s["admission"].is_null()), "{gone:?}");
+
+    // Ended with no pod running: Kueue hears it finished.
+    let mut world = common::world(&[], &services, common::now());
+    world.queue = Some(kueue(Some(admitted(&job))));
+    let ended = obey(&job, &world, Some(Phase::Succeeded));
+    let finished = ended.iter().any(|a| {
+        matches!(a, Action::WriteWorkloadStatus(w)
+        if w["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Finished"))
+    });
+    assert!(finished, "{ended:?}");
+}

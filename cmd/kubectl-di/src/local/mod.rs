@@ -59,7 +59,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         Some(dir) => dir.clone(),
         None => PathBuf::from(".di-run").join(&name),
     };
-    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, args.first_port, &config_maps, &[])?;
+    let ports = plan::Ports { first: args.first_port, in_use: listened_on };
+    let plan = plan::plan(&job, &std::path::absolute(&run_dir)?, ports, &config_maps, &[])?;
     for warning in &plan.warnings {
         eprintln!("warning: {warning}");
     }
@@ -80,11 +81,16 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<i32> {
         served.metadata.namespace.get_or_insert_with(|| "default".into());
         endpoint::serve(served, requests).await?;
     }
-    let (dir, first_port) = (std::path::absolute(&run_dir)?, args.first_port);
-    let replan: supervise::Replan =
-        Box::new(move |job, previous| plan::plan(job, &dir, first_port, &config_maps, previous));
+    let dir = std::path::absolute(&run_dir)?;
+    let replan: supervise::Replan = Box::new(move |job, previous| plan::plan(job, &dir, ports, &config_maps, previous));
     let outcome = supervise::run(plan, clean_pod_policy(&job), backoff, out, supervisor, replan).await?;
     Ok(outcome.code)
+}
+
+/// Whether something on this machine listens on `port`: a replica binds its port on every
+/// address (DI-engine's collectors bind `0.0.0.0`), which fails if any address holds it.
+fn listened_on(port: u16) -> bool {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port)).is_err()
 }
 
 /// The data of the file's ConfigMaps, by name. Binary data has no text to write and is refused

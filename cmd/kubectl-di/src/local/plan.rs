@@ -71,13 +71,22 @@ pub struct Plan {
 /// The first replica address' last octet: 127.0.0.1 stays for the run's own endpoint.
 const FIRST_HOST: u8 = 2;
 
-/// Plans `job` (defaulted and valid) in `run_dir`; role replicas get ports from `first_port` on,
+/// Where role replicas' ports come from: counted up from `first`, past every port `in_use` says
+/// something on this machine listens on (the default, 32000, is in Kubernetes' NodePort range,
+/// which kind, minikube and kube-proxy listen in on a developer's machine).
+#[derive(Clone, Copy)]
+pub struct Ports {
+    pub first: u16,
+    pub in_use: fn(u16) -> bool,
+}
+
+/// Plans `job` (defaulted and valid) in `run_dir`; role replicas get free ports from `ports`,
 /// and volumes of `config_maps` (the ConfigMaps of the job's file) are written as files. The
 /// replicas of `previous`, an earlier plan of the same run, keep their addresses and ports.
 pub fn plan(
     job: &DIJob,
     run_dir: &Path,
-    first_port: u16,
+    ports: Ports,
     config_maps: &ConfigMaps,
     previous: &[LocalReplica],
 ) -> anyhow::Result<Plan> {
@@ -115,7 +124,7 @@ pub fn plan(
     // Every name the contract hands out, and what it is here. A replica of an earlier plan of
     // this run keeps its address and port; a new one takes the lowest free.
     let mut hosts: BTreeSet<u8> = previous.iter().map(|r| r.address.octets()[3]).collect();
-    let mut ports: BTreeSet<u16> = previous.iter().filter_map(|r| r.port).collect();
+    let mut given: BTreeSet<u16> = previous.iter().filter_map(|r| r.port).collect();
     let mut addresses: Vec<(String, String)> = vec![];
     let mut locals = vec![];
     for (pod, part) in &pods {
@@ -131,9 +140,10 @@ pub fn plan(
                 hosts.insert(host);
                 let port = match cluster_port {
                     Some(_) => {
-                        let free = (first_port..=u16::MAX).find(|p| !ports.contains(p));
-                        let port = free.ok_or_else(|| anyhow!("no port left above {first_port}"))?;
-                        ports.insert(port);
+                        let first = ports.first;
+                        let free = (first..=u16::MAX).find(|p| !given.contains(p) && !(ports.in_use)(*p));
+                        let port = free.ok_or_else(|| anyhow!("no free port left from {first} up"))?;
+                        given.insert(port);
                         Some(port)
                     }
                     None => None,

@@ -20,6 +20,9 @@ fn container(command: &str) -> serde_json::Value {
     json!({"spec": {"containers": [{"name": "di-container", "image": "ding", "command": ["sh", "-c", command]}]}})
 }
 
+/// Ports from 32000, none of them in use.
+const NONE_IN_USE: Ports = Ports { first: 32000, in_use: |_| false };
+
 fn env<'a>(r: &'a LocalReplica, k: &str) -> Option<&'a str> {
     r.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
@@ -30,7 +33,7 @@ fn task_peers_are_loopback_addresses_in_rank_order() {
         json!({"tasks": [{"type": "learner", "template": container("learn")}, {"type": "collector", "replicas": 2, "template": container("collect")}]}),
         "v2alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
+    let plan = plan(&job, Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &[]).unwrap();
     let names: Vec<&str> = plan.replicas.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["j-learner-0", "j-collector-0", "j-collector-1"]);
     let addresses: Vec<String> = plan.replicas.iter().map(|r| r.address.to_string()).collect();
@@ -61,7 +64,7 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
         json!({"coordinator": {"template": container("coordinate")}, "collector": {"replicas": 2, "template": container("collect")}}),
         "v1alpha1",
     );
-    let plan = plan(&job, Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
+    let plan = plan(&job, Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &[]).unwrap();
     let ports: Vec<(String, Option<u16>)> = plan.replicas.iter().map(|r| (r.name.clone(), r.port)).collect();
     assert_eq!(
         ports,
@@ -83,8 +86,9 @@ fn role_replicas_get_ports_of_their_own_and_urls_to_them() {
 fn what_cannot_run_locally_is_refused_or_named() {
     let no_command =
         json!({"tasks": [{"type": "learner", "template": {"spec": {"containers": [{"name": "c", "image": "ding"}]}}}]});
-    let err =
-        plan(&job(no_command, "v2alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap_err().to_string();
+    let err = plan(&job(no_command, "v2alpha1"), Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &[])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("sets no command"), "{err}");
 
     let mut template = container("x");
@@ -96,7 +100,8 @@ fn what_cannot_run_locally_is_refused_or_named() {
     let spec = json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
                                   {"name": "conf", "configMap": {"name": "elsewhere"}}],
                       "tasks": [{"type": "learner", "template": template}]});
-    let warnings = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap().warnings;
+    let warnings =
+        plan(&job(spec, "v2alpha1"), Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &[]).unwrap().warnings;
     for expected in [
         "init containers are not run locally: fetch",
         "volume data is of a kind local runs do not have",
@@ -113,9 +118,9 @@ fn a_later_plan_keeps_every_address_and_gives_new_replicas_free_ones() {
         json!({"coordinator": {"template": container("c")}, "collector": {"replicas": collectors, "template": container("c")},
                "learner": {"replicas": 1, "template": container("l")}})
     };
-    let first = plan(&job(spec(1), "v1alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &[]).unwrap();
+    let first = plan(&job(spec(1), "v1alpha1"), Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &[]).unwrap();
     let second =
-        plan(&job(spec(2), "v1alpha1"), Path::new("/run"), 32000, &ConfigMaps::new(), &first.replicas).unwrap();
+        plan(&job(spec(2), "v1alpha1"), Path::new("/run"), NONE_IN_USE, &ConfigMaps::new(), &first.replicas).unwrap();
     let at = |p: &Plan| -> Vec<(String, String, Option<u16>)> {
         p.replicas.iter().map(|r| (r.name.clone(), r.address.to_string(), r.port)).collect()
     };
@@ -142,7 +147,7 @@ fn volumes_are_directories_of_this_machine_named_where_the_container_names_its_m
                                   {"name": "host", "hostPath": {"path": "/srv"}}],
                       "tasks": [{"type": "learner", "replicas": 2, "template": template}]});
     let config_maps = ConfigMaps::from([("worker".into(), [("worker.py".into(), "print(1)".into())].into())]);
-    let plan = plan(&job(spec, "v2alpha1"), Path::new("/run"), 32000, &config_maps, &[]).unwrap();
+    let plan = plan(&job(spec, "v2alpha1"), Path::new("/run"), NONE_IN_USE, &config_maps, &[]).unwrap();
     assert!(plan.warnings.iter().all(|w| !w.contains("volume")), "{:#?}", plan.warnings);
     let second = &plan.replicas[1];
     assert_eq!(second.argv[2], "exec python3 /run/configmaps/worker/worker.py --out /run/volumes/j-learner-1/tmp/out");
@@ -150,4 +155,16 @@ fn volumes_are_directories_of_this_machine_named_where_the_container_names_its_m
     assert_eq!(second.mounts.files, [(PathBuf::from("/run/configmaps/worker/worker.py"), "print(1)".to_owned())]);
     assert_eq!(second.mounts.dirs, [PathBuf::from("/run/volumes/j-learner-1/tmp")], "an emptyDir per pod");
     assert!(second.mounts.paths.contains(&("/data".into(), "/srv/ckpt".into())), "{:?}", second.mounts.paths);
+}
+
+#[test]
+fn a_port_something_listens_on_is_passed_over() {
+    let spec =
+        json!({"coordinator": {"template": container("c")}, "collector": {"replicas": 2, "template": container("c")}});
+    let taken = Ports { first: 32000, in_use: |port| port == 32002 };
+    let plan = plan(&job(spec, "v1alpha1"), Path::new("/run"), taken, &ConfigMaps::new(), &[]).unwrap();
+    let ports: Vec<Option<u16>> = plan.replicas.iter().map(|r| r.port).collect();
+    assert_eq!(ports, [Some(32000), Some(32001), Some(32003)], "the second collector skips 32002");
+    let collector = plan.replicas.iter().find(|r| r.name == "j-collector-1").unwrap();
+    assert_eq!(env(collector, "COLLECTOR_PORT"), Some("32003"));
 }
