@@ -55,9 +55,17 @@ impl From<StoredJob> for JobView {
             Some(Ok(status)) => (status, None),
             Some(Err(e)) => (None, Some(e.to_string())),
         };
-        let status_written_by_us = wrote_status(&stored.metadata);
+        let status_written_by_us = wrote_status(&stored.metadata) || ours(status.as_ref());
         JobView { metadata: stored.metadata, spec: stored.spec, status, unreadable_status, status_written_by_us }
     }
+}
+
+/// Whether the status is of a kind only this orchestrator writes: it always says which
+/// generation it was computed for, which DI-orchestrator 0.2 and 1.x never did. Unlike
+/// `managedFields`, which any writer of the job may reset (`metadata.managedFields: [{}]`),
+/// only a writer of the status subresource can change it.
+fn ours(status: Option<&DIJobStatus>) -> bool {
+    status.is_some_and(|s| s.observed_generation.is_some())
 }
 
 /// Whether `MANAGER` applied the status: the one way this orchestrator writes it. Other
@@ -180,5 +188,19 @@ mod tests {
             serde_json::from_str(r#"{"metadata": {"name": "job"}, "spec": {"collector": {"replicas": "many"}}}"#)
                 .unwrap();
         assert!(bad.to_job().unwrap_err().to_string().contains("invalid type"));
+    }
+
+    /// Any writer of the job may reset its `managedFields`; the status, which only writers of
+    /// the status subresource change, still says whose it is.
+    #[test]
+    fn a_job_whose_managed_fields_were_reset_is_not_left_alone() {
+        let reset = json!({"metadata": {"name": "mine", "namespace": "ns", "managedFields": []}, "spec": {"tasks": []},
+                           "status": {"phase": "Running", "observedGeneration": 3}});
+        let view: JobView = serde_json::from_value(reset).unwrap();
+        assert_eq!(view.left_alone(), None);
+        let theirs = json!({"metadata": {"name": "old", "namespace": "ns", "managedFields": []}, "spec": {"tasks": []},
+                            "status": {"phase": "Running", "restarts": 1}});
+        let view: JobView = serde_json::from_value(theirs).unwrap();
+        assert!(view.left_alone().unwrap().contains("another controller"));
     }
 }
