@@ -155,9 +155,12 @@ async fn act(
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
     // pass that created pods leaves its status unwritten, since it describes the world before
     // them: the pods' own watch events bring the next pass, which writes the world as it is.
-    if recreates_coordinator(job, &plan) {
+    if recreates_coordinator(job, &plan) || deletes_by_spec(&plan) {
         // Only a cache that missed the job's last status (say, Succeeded, then the cleanup that
-        // deleted the coordinator) could bring a finished job's coordinator back.
+        // deleted the coordinator) could bring a finished job's coordinator back; and only a
+        // cache that missed the job's last spec could scale it down or suspend it after a newer
+        // one scaled it up or resumed it. Its watch lists from any cache, so each of these is
+        // first checked against a quorum read (one request, and only in such passes).
         confirm_current(ctx, job).await?;
     }
 
@@ -280,6 +283,17 @@ fn recreates_coordinator(job: &DIJob, plan: &Plan) -> bool {
     let coordinator = names::coordinator(&job.name_any());
     job.status.as_ref().is_some_and(|s| s.phase.is_some())
         && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator))
+}
+
+/// Whether the plan deletes what the job's spec no longer asks for: replicas scaled away, a
+/// suspended job's pods, a task job's pods built for an older peer set.
+fn deletes_by_spec(plan: &Plan) -> bool {
+    use crate::decision::Why;
+    plan.actions.iter().any(|a| match a {
+        Action::DeletePod { why, .. } => matches!(why, Why::ScaledDown | Why::Suspended | Why::Rebuilt),
+        Action::DeleteService { .. } => true,
+        _ => false,
+    })
 }
 
 /// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).

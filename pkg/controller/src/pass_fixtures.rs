@@ -30,10 +30,15 @@ pub(super) fn fake_api_server_with(
     job: &DIJob,
     answer: impl Fn(&str, &str) -> Option<Answer> + Send + Sync + 'static,
 ) -> (Client, Log) {
+    // A quorum read of the job finds the cached one, unless `answer` says otherwise.
+    let stored = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": job.metadata});
+    let path = format!("/dijobs/{}", job.metadata.name.as_deref().unwrap_or_default());
     let job = serde_json::to_value(job).unwrap();
     di_testing::client(move |call| {
-        answer(&call.method, &call.path).or_else(|| {
-            (call.method == "PATCH" && call.path.contains("/dijobs/")).then(|| Answer::json(200, job.clone()))
+        answer(&call.method, &call.path).or_else(|| match call.method.as_str() {
+            "PATCH" if call.path.contains("/dijobs/") => Some(Answer::json(200, job.clone())),
+            "GET" if call.path.ends_with(&path) => Some(Answer::json(200, stored.clone())),
+            _ => None,
         })
     })
 }

@@ -224,6 +224,33 @@ async fn a_finished_job_seen_through_a_stale_cache_gets_no_new_coordinator() {
     assert!(calls(&recorded, "POST", "pods").contains(&"job-coordinator".to_string()));
 }
 
+/// The job's watch lists from any cache: a view older than the stored job never scales it down.
+#[tokio::test]
+async fn a_stale_view_of_the_job_scales_nothing_down() {
+    // Stored: scaled up to 3 collectors (resourceVersion 45). Cached: the older spec of 1.
+    let mut stored_job = job(3, "Running", Some(Phase::Running));
+    stored_job.metadata.resource_version = Some("45".into());
+    let (pods, services) = world(&stored_job, |_| "Running");
+    let mut cached = job(1, "Running", Some(Phase::Running));
+    cached.metadata.resource_version = Some("41".into());
+    let stored =
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": stored_job.metadata});
+    let (client, recorded) = fake_api_server_with(&cached, move |method, path| {
+        (method == "GET" && path.ends_with("/dijobs/job")).then(|| Answer::json(200, stored.clone()))
+    });
+    let requeue = reconcile(view_of(&cached), context(client, pods.clone(), services.clone())).await.unwrap();
+    assert_eq!(calls(&recorded, "DELETE", "pods"), Vec::<String>::new(), "nothing deleted on a stale view");
+    assert_eq!(calls(&recorded, "DELETE", "services"), Vec::<String>::new());
+    assert_eq!(requeue, Requeue::after(Duration::from_secs(1)), "the newer job's event brings the next pass");
+
+    // Current, the same view scales down.
+    let (client, recorded) = fake_api_server(&cached);
+    reconcile(view_of(&cached), context(client, pods, services)).await.unwrap();
+    let mut deleted = calls(&recorded, "DELETE", "pods");
+    deleted.sort();
+    assert_eq!(deleted, ["job-collector-1", "job-collector-2"]);
+}
+
 /// Creates go out concurrently, and one refused stops none of the others: every pod is tried,
 /// the pass fails with the first refusal and a second one has its own Warning, naming its pod.
 #[tokio::test]
