@@ -176,7 +176,8 @@ pub(crate) struct WebhookArgs {
     /// Private key (PEM) of --tls-cert-file.
     #[arg(long, requires = "tls_cert_file")]
     pub(crate) tls_key_file: Option<std::path::PathBuf>,
-    /// Self-managed: the Secret that keeps the CA and the serving certificate.
+    /// Self-managed: the Secret that keeps the CA and the serving certificate (the install's
+    /// Role lets the orchestrator read and renew only this name: change both together).
     #[arg(long, default_value = "di-orchestrator-webhook-certs")]
     pub(crate) webhook_secret: String,
     /// Self-managed: namespace of that Secret.

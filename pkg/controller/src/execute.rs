@@ -135,9 +135,11 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
                 if identity == crate::desired::identity::SHARED {
                     continue;
                 }
-                delete(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
-                delete(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
-                delete(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, None).await?;
+                let uid = job.uid().unwrap_or_default();
+                delete_owned(&Api::<RoleBinding>::namespaced(ctx.client.clone(), &namespace), &identity, &uid).await?;
+                delete_owned(&Api::<RbacRole>::namespaced(ctx.client.clone(), &namespace), &identity, &uid).await?;
+                delete_owned(&Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace), &identity, &uid)
+                    .await?;
             }
             Action::CreateWorkload(workload) => crate::workloads::create(ctx, job, workload).await?,
             Action::WriteWorkloadStatus(written) => crate::workloads::write_status(ctx, job, written).await?,
@@ -379,6 +381,24 @@ where
         // 409: the UID precondition failed, so the object meant is gone too.
         Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
         Err(source) => Err(Error::Delete { kind: K::kind(&()).into_owned(), name: name.to_owned(), source }),
+    }
+}
+
+/// Deletes the object `name` only if the job `uid` controls it, and only that object (its UID as
+/// precondition): a ServiceAccount or Role of that name the job does not own (made by hand, or a
+/// successor's) is left alone.
+async fn delete_owned<K>(api: &Api<K>, name: &str, uid: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&()).into_owned();
+    let found = api.get_metadata_opt(name).await;
+    let found = found.map_err(|source| Error::Delete { kind, name: name.to_owned(), source })?;
+    match found {
+        Some(found) if controller_uid(&found.metadata) == Some(uid) => {
+            delete(api, name, found.metadata.uid.as_deref()).await.map(|_| ())
+        }
+        _ => Ok(()),
     }
 }
 

@@ -43,6 +43,18 @@ pub(super) fn fake_api_server_with(
     })
 }
 
+/// The metadata of the replica identity `job-replicas` (its ServiceAccount, Role or RoleBinding)
+/// as a read of it answers, controlled by the job `owner`.
+pub(super) fn replica_identity(owner: &str) -> Answer {
+    Answer::json(
+        200,
+        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": {
+            "name": "job-replicas", "namespace": "ns", "uid": format!("{owner}-object"),
+            "ownerReferences": [{"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "name": "job",
+                                 "uid": owner, "controller": true}]}}),
+    )
+}
+
 /// The cached view of `job`; a status it carries is one this orchestrator applied, as the API
 /// server records it.
 pub(super) fn view_of(job: &DIJob) -> Arc<JobView> {

@@ -91,7 +91,9 @@ async fn completion_applies_each_cleanup_policy() {
     for (policy, mut want) in cases {
         let job = job(2, policy, Some(Phase::Running));
         let (pods, services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
-        let (client, recorded) = fake_api_server(&job);
+        let (client, recorded) = fake_api_server_with(&job, |method, path| {
+            (method == "GET" && path.ends_with("/job-replicas")).then(|| replica_identity("job-uid"))
+        });
         reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
         let mut deleted = calls(&recorded, "DELETE", "pods");
         deleted.sort();
@@ -249,6 +251,28 @@ async fn a_stale_view_of_the_job_scales_nothing_down() {
     let mut deleted = calls(&recorded, "DELETE", "pods");
     deleted.sort();
     assert_eq!(deleted, ["job-collector-1", "job-collector-2"]);
+}
+
+/// A finished job deletes its replica identity, but only the objects it owns.
+#[tokio::test]
+async fn a_finished_job_deletes_only_the_rbac_it_owns() {
+    let job = job(1, "Running", Some(Phase::Running));
+    let (pods, services) = world(&job, |name| if name == "job-coordinator" { "Succeeded" } else { "Running" });
+    let (client, recorded) = fake_api_server_with(&job, |method, path| {
+        let owner = if path.contains("/serviceaccounts/") { "someone-elses" } else { "job-uid" };
+        (method == "GET" && path.ends_with("/job-replicas")).then(|| replica_identity(owner))
+    });
+    reconcile(view_of(&job), context(client, pods, services)).await.unwrap();
+    let deletes: Vec<(String, Value)> = recorded
+        .calls()
+        .iter()
+        .filter(|c| c.method == "DELETE" && c.path.ends_with("/job-replicas"))
+        .map(|c| (c.path.rsplit('/').nth(1).unwrap().to_owned(), c.body["preconditions"]["uid"].clone()))
+        .collect();
+    assert_eq!(
+        deletes,
+        [("rolebindings".to_owned(), json!("job-uid-object")), ("roles".to_owned(), json!("job-uid-object"))]
+    );
 }
 
 /// Creates go out concurrently, and one refused stops none of the others: every pod is tried,

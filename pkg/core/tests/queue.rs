@@ -310,3 +310,36 @@ fn a_job_held_on_a_spec_it_cannot_act_on_still_obeys_its_queue() {
     });
     assert!(finished, "{ended:?}");
 }
+
+#[test]
+fn an_admission_checks_pod_set_updates_are_on_the_pods() {
+    let job = queued_job(2);
+    let mut w = admitted(&job);
+    w["status"]["admissionChecks"] = json!([{"name": "provision", "state": "Ready", "message": "",
+        "lastTransitionTime": "2026-11-22T09:00:00Z",
+        "podSetUpdates": [{"name": "collector", "labels": {"provisioned": "yes"},
+                           "annotations": {"cluster-autoscaler.kubernetes.io/consume-provisioning-request": "pr-1"},
+                           "nodeSelector": {"pool": "spot"},
+                           "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}]}]);
+    let plan = decide_in(&job, &[], &[], kueue(Some(w)));
+    let pods: Vec<&Pod> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod(p) => Some(&**p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pods.len(), 4);
+    for pod in pods {
+        let collector = pod.name_any().contains("collector");
+        let spec = pod.spec.as_ref().unwrap();
+        let pool = spec.node_selector.as_ref().and_then(|s| s.get("pool")).map(String::as_str);
+        assert_eq!(pool, collector.then_some("spot"), "{}", pod.name_any());
+        assert_eq!(pod.labels().get("provisioned").is_some(), collector, "{}", pod.name_any());
+        let annotated = pod.annotations().contains_key("cluster-autoscaler.kubernetes.io/consume-provisioning-request");
+        assert_eq!(annotated, collector);
+        let tolerates = spec.tolerations.iter().flatten().any(|t| t.key.as_deref() == Some("spot"));
+        assert_eq!(tolerates, collector, "{}", pod.name_any());
+    }
+}

@@ -113,15 +113,55 @@ pub(super) fn made_of(
     }))
 }
 
+/// Applies one admission check's `podSetUpdate` to a pod of its podSet, as Kueue's own
+/// integrations do: its labels, annotations and node selector added (the pod's own contract
+/// labels kept), its tolerations appended.
+fn apply_update(pod: &mut Pod, update: &Value) {
+    let strings = |field: &str| -> Vec<(String, String)> {
+        update[field]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect()
+    };
+    for (k, v) in strings("labels") {
+        pod.labels_mut().entry(k).or_insert(v);
+    }
+    for (k, v) in strings("annotations") {
+        pod.annotations_mut().entry(k).or_insert(v);
+    }
+    let spec = pod.spec.get_or_insert_default();
+    for (k, v) in strings("nodeSelector") {
+        spec.node_selector.get_or_insert_default().insert(k, v);
+    }
+    for toleration in update["tolerations"].as_array().into_iter().flatten() {
+        if let Ok(toleration) = serde_json::from_value(toleration.clone()) {
+            let tolerations = spec.tolerations.get_or_insert_default();
+            if !tolerations.contains(&toleration) {
+                tolerations.push(toleration);
+            }
+        }
+    }
+}
+
 /// Puts each created pod where its podSet (of `sets`) was admitted: the node labels and
-/// tolerations of the flavors Kueue assigned it.
+/// tolerations of the flavors Kueue assigned it, and what its admission checks' `podSetUpdates`
+/// ask (a ProvisioningRequest's node selector, ...).
 pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String, Value>, actions: &mut [Action]) {
     let set_of: BTreeMap<&str, &str> =
         sets.iter().flat_map(|s| s.members.iter().map(move |m| (m.as_str(), s.name.as_str()))).collect();
     let assignments = workload["status"]["admission"]["podSetAssignments"].as_array().cloned().unwrap_or_default();
+    // What admission checks (a ProvisioningRequest, ...) ask of each podSet's pods.
+    let checks = workload["status"]["admissionChecks"].as_array().cloned().unwrap_or_default();
+    let updates: Vec<&Value> =
+        checks.iter().flat_map(|c| c["podSetUpdates"].as_array().into_iter().flatten()).collect();
     for action in actions.iter_mut() {
         let Action::CreatePod(pod) = action else { continue };
         let Some(set) = set_of.get(pod.name_any().as_str()) else { continue };
+        for update in updates.iter().filter(|u| u["name"] == *set) {
+            apply_update(pod, update);
+        }
         let Some(assignment) = assignments.iter().find(|a| a["name"] == *set) else { continue };
         let names = assignment["flavors"].as_object().map(|f| f.values().filter_map(Value::as_str).collect::<Vec<_>>());
         let spec = pod.spec.get_or_insert_default();
