@@ -6,11 +6,11 @@ mod common;
 use std::time::Duration;
 
 use common::{created, decide, deleted, job, now, with_status, world_of};
-use di_api::{DIJobStatus, Phase};
+use di_api::{DIJob, DIJobStatus, Phase};
 use di_core::desired::Settings;
 use di_core::plan::{Action, Why, World};
 use di_core::restarts::Mark;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use serde_json::json;
@@ -135,7 +135,7 @@ fn one_loss_of_the_coordinator_counts_once_seen_terminating_then_gone() {
 }
 
 /// `pod` ended by its kubelet's eviction under node pressure, as the kubelet reports it.
-fn evicted(mut pod: k8s_openapi::api::core::v1::Pod) -> k8s_openapi::api::core::v1::Pod {
+fn evicted(mut pod: Pod) -> Pod {
     pod.status = Some(
         serde_json::from_value(json!({"phase": "Failed", "reason": "Evicted",
             "message": "The node was low on resource: memory.",
@@ -145,16 +145,23 @@ fn evicted(mut pod: k8s_openapi::api::core::v1::Pod) -> k8s_openapi::api::core::
     pod
 }
 
-#[test]
-fn a_coordinator_its_kubelet_evicted_is_a_counted_restart_not_the_jobs_failure() {
+/// A running job of `collectors` with `restartLimit` `limit`, its pods running but `pod`, which
+/// its kubelet evicted.
+fn running_with_evicted(collectors: i32, limit: i32, pod: &str) -> (DIJob, Vec<Pod>, Vec<Service>) {
     let running = with_status(
-        job(1, 0, json!({"restartLimit": 1})),
+        job(collectors, 0, json!({"restartLimit": limit})),
         DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
     );
     let (mut pods, services) = world_of(&running, |_| Some("Running"));
-    for pod in pods.iter_mut().filter(|p| p.name_any() == "job-coordinator") {
-        *pod = evicted(pod.clone());
+    for p in pods.iter_mut().filter(|p| p.name_any() == pod) {
+        *p = evicted(p.clone());
     }
+    (running, pods, services)
+}
+
+#[test]
+fn a_coordinator_its_kubelet_evicted_is_a_counted_restart_not_the_jobs_failure() {
+    let (running, pods, services) = running_with_evicted(1, 1, "job-coordinator");
     let plan = decide(&running, &pods, &services, now());
     assert_ne!(plan.status.phase, Some(Phase::Failed), "{:?}", plan.status);
     let mark = plan.actions.iter().find_map(|a| match a {
@@ -175,14 +182,7 @@ fn a_coordinator_its_kubelet_evicted_is_a_counted_restart_not_the_jobs_failure()
 
 #[test]
 fn a_replica_a_disruption_ended_is_replaced_without_counting_against_the_limit() {
-    let running = with_status(
-        job(2, 0, json!({"restartLimit": 0})),
-        DIJobStatus { phase: Some(Phase::Running), ..Default::default() },
-    );
-    let (mut pods, services) = world_of(&running, |_| Some("Running"));
-    for pod in pods.iter_mut().filter(|p| p.name_any() == "job-collector-1") {
-        *pod = evicted(pod.clone());
-    }
+    let (running, pods, services) = running_with_evicted(2, 0, "job-collector-1");
     let plan = decide(&running, &pods, &services, now());
     assert_eq!(plan.status.phase, Some(Phase::Running));
     assert_eq!(deleted(&plan.actions), [("job-collector-1".to_owned(), Why::Disrupted)]);

@@ -14,6 +14,17 @@ use kube::ResourceExt;
 use queued::{admitted, condition, decide_in, kueue, queued_job, said};
 use serde_json::{Value, json};
 
+/// The pods a plan creates.
+fn created_pods(plan: &Plan) -> Vec<&Pod> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod(p) => Some(&**p),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_job_waits_with_no_pod_until_its_workload_is_made_and_admitted() {
     let job = queued_job(2);
@@ -67,14 +78,7 @@ fn an_admitted_job_runs_with_its_flavors_on_its_pods_and_says_when_they_are_read
     let start = decide_in(&job, &[], &[], kueue(Some(w.clone())));
     let queued = condition(&start, "Queued");
     assert_eq!((queued.status.as_str(), queued.reason.as_deref()), ("False", Some("Admitted")));
-    let pods: Vec<&Pod> = start
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::CreatePod(p) => Some(&**p),
-            _ => None,
-        })
-        .collect();
+    let pods = created_pods(&start);
     assert_eq!(pods.len(), 4);
     for pod in pods {
         let spec = pod.spec.as_ref().unwrap();
@@ -322,14 +326,7 @@ fn an_admission_checks_pod_set_updates_are_on_the_pods() {
                            "nodeSelector": {"pool": "spot"},
                            "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]}]}]);
     let plan = decide_in(&job, &[], &[], kueue(Some(w)));
-    let pods: Vec<&Pod> = plan
-        .actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::CreatePod(p) => Some(&**p),
-            _ => None,
-        })
-        .collect();
+    let pods = created_pods(&plan);
     assert_eq!(pods.len(), 4);
     for pod in pods {
         let collector = pod.name_any().contains("collector");
