@@ -2,12 +2,15 @@
 //! events, and the bookkeeping of writes the caches have not shown yet. The reconciler's edge
 //! (`reconciler`) builds it; passes (`pass`, `execute`, `podgroups`) read it.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use di_api::AggregatorConfig;
 use di_api::DIJob;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
@@ -47,17 +50,46 @@ pub struct Context {
     /// Failed passes in a row, per job.
     pub retries: Retries,
     /// Namespaces whose shared replica identity exists.
-    pub namespaces: crate::identity::Namespaces,
+    pub namespaces: Namespaces,
     /// How many creates go out at once, per job and all jobs together.
     pub creates: crate::creates::Limits,
     /// The Workloads and ResourceFlavors, where the cluster serves Kueue.
-    pub kueue: Option<crate::workloads::Kueue>,
+    pub kueue: Option<Kueue>,
     /// The starting jobs, whose pods' progress may wait for a pass (`triggers`).
     pub starting: crate::triggers::Starting,
     /// Passes that wait (`later`).
     pub later: crate::later::Later,
     /// Namespaces being deleted, whose jobs go with them.
     pub teardown: crate::teardown::Teardown,
+}
+
+/// The caches of a cluster that serves Kueue (filled by `workloads::watch`).
+pub struct Kueue {
+    /// The Workloads of this orchestrator's jobs.
+    pub workloads: Store<DynamicObject>,
+    /// Every ResourceFlavor.
+    pub flavors: Store<DynamicObject>,
+    /// Every PriorityClass, whose value a Workload carries.
+    pub priorities: Store<PriorityClass>,
+}
+
+/// Namespaces whose shared ServiceAccount and RoleBinding this process made or found
+/// (`identity`).
+#[derive(Default)]
+pub struct Namespaces(Mutex<HashSet<String>>);
+
+impl Namespaces {
+    pub fn ready(&self, namespace: &str) -> bool {
+        self.0.lock().expect("namespaces lock").contains(namespace)
+    }
+
+    pub fn mark_ready(&self, namespace: &str) {
+        self.0.lock().expect("namespaces lock").insert(namespace.to_owned());
+    }
+
+    pub fn forget(&self, namespace: &str) {
+        self.0.lock().expect("namespaces lock").remove(namespace);
+    }
 }
 
 /// Publishes an event on the job without holding up the pass: events inform, they do not gate.

@@ -1,8 +1,7 @@
 //! The replica endpoints' identity at the edges: which one this API server allows, chosen once at
-//! start-up, and the namespaces whose shared identity exists (see `desired::identity`).
+//! start-up (see `desired::identity`; which namespaces' shared identity exists is kept in
+//! `context::Namespaces`).
 
-use std::collections::HashSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use backon::Retryable;
@@ -150,24 +149,6 @@ where
 #[derive(Debug, thiserror::Error)]
 #[error("the replica endpoints' admission policy cannot be used: {0}")]
 pub struct Unavailable(String);
-
-/// Namespaces whose shared ServiceAccount and RoleBinding this process made or found.
-#[derive(Default)]
-pub struct Namespaces(Mutex<HashSet<String>>);
-
-impl Namespaces {
-    pub fn ready(&self, namespace: &str) -> bool {
-        self.0.lock().expect("namespaces lock").contains(namespace)
-    }
-
-    pub fn mark_ready(&self, namespace: &str) {
-        self.0.lock().expect("namespaces lock").insert(namespace.to_owned());
-    }
-
-    pub fn forget(&self, namespace: &str) {
-        self.0.lock().expect("namespaces lock").remove(namespace);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -11,26 +11,17 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::Context;
+use crate::context::Kueue;
 use crate::desired::managed_selector;
 use crate::error::Error;
 use crate::queue::{self, Queue};
 use crate::view::JobView;
-
-/// The caches of a cluster that serves Kueue.
-pub struct Kueue {
-    /// The Workloads of this orchestrator's jobs.
-    pub workloads: Store<DynamicObject>,
-    /// Every ResourceFlavor.
-    pub flavors: Store<DynamicObject>,
-    /// Every PriorityClass, whose value a Workload carries.
-    pub priorities: Store<PriorityClass>,
-}
 
 /// Whether the API server serves Kueue's Workloads; said once, either way.
 pub async fn served(client: &Client) -> Result<bool, kube::Error> {

@@ -17,6 +17,21 @@ use crate::desired::Rbac;
 use crate::restarts::Mark;
 use crate::status::{self, is_active, is_terminating};
 
+/// What a pass knows of the queue of a job that is in one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Queue {
+    /// This cluster serves no Kueue Workloads: the job waits, saying so.
+    NoKueue,
+    /// The job's Workload (`None` until it is made), the ResourceFlavors by name (their specs),
+    /// which place an admitted job's pods, and the job's PriorityClass with its value, which
+    /// orders the queue and lets a job preempt lower ones.
+    Kueue {
+        workload: Option<serde_json::Value>,
+        flavors: BTreeMap<String, serde_json::Value>,
+        priority: Option<(String, i32)>,
+    },
+}
+
 /// What exists of a job, and when.
 pub struct World<'a> {
     /// The job's own pods and services: those its UID controls.
@@ -33,7 +48,7 @@ pub struct World<'a> {
     /// `namespace/name` of the AggregatorConfig the learners need but that does not exist.
     pub missing_aggregator_config: Option<String>,
     /// The job's queue, when it is in one (`queue`).
-    pub queue: Option<crate::queue::Queue>,
+    pub queue: Option<Queue>,
     pub now: Timestamp,
 }
 

@@ -7,18 +7,16 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::status::pod_phase;
-
 /// The condition Kubernetes sets on a pod a disruption ends.
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 /// Why a failed pod was ended by a disruption (the condition's reason, or `Evicted`), if it was.
 /// A pod still running is not ended, whatever its conditions say: it may yet decide itself.
 pub fn disrupted(pod: &Pod) -> Option<String> {
-    if pod_phase(pod) != "Failed" {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Failed") {
         return None;
     }
-    let status = pod.status.as_ref()?;
     let target = status.conditions.iter().flatten().find(|c| c.type_ == DISRUPTION_TARGET && c.status == "True");
     match target {
         Some(condition) => Some(condition.reason.clone().unwrap_or_else(|| DISRUPTION_TARGET.to_owned())),

@@ -7,8 +7,6 @@
 //! evicts the job, deletes its pods and then gives the admission back so the job waits again.
 //! Pure: the Workload and the ResourceFlavors are read by the caller.
 
-use std::collections::BTreeMap;
-
 use di_api::contract::kueue::QUEUED;
 use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::Pod;
@@ -23,17 +21,15 @@ mod admitted;
 mod report;
 mod workload;
 
+pub use crate::decision::Queue;
 pub use admitted::Room;
 use admitted::{beyond_admission, reclaimable_pods, rooms};
 pub use report::{Report, report};
-pub use workload::workload;
-use workload::{place, pod_sets, wanted_pods};
+use workload::{API_VERSION, place, pod_sets, wanted_pods};
+pub use workload::{workload, workload_name};
 
 /// The label that puts a job in a Kueue LocalQueue of its namespace.
 pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
-/// The label Kueue finds a Workload's job by.
-const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
-const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 /// The most podSets a Kueue Workload holds.
 const MAX_POD_SETS: usize = 8;
 
@@ -60,24 +56,6 @@ pub fn flavor_kind() -> ApiResource {
 /// The LocalQueue a job waits in, if it is in one.
 pub fn queue_name(job: &DIJob) -> Option<&str> {
     job.labels().get(QUEUE_LABEL).map(String::as_str).filter(|q| !q.is_empty())
-}
-
-/// The name of a job's Workload: its UID's start keeps a job submitted again under the same
-/// name from finding its predecessor's.
-pub fn workload_name(job: &DIJob) -> String {
-    let uid = job.uid().unwrap_or_default();
-    format!("dijob-{}-{}", job.name_any(), uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>())
-}
-
-/// What a pass knows of the queue of a job that is in one.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Queue {
-    /// This cluster serves no Kueue Workloads: the job waits, saying so.
-    NoKueue,
-    /// The job's Workload (`None` until it is made), the ResourceFlavors by name (their specs),
-    /// which place an admitted job's pods, and the job's PriorityClass with its value, which
-    /// orders the queue and lets a job preempt lower ones.
-    Kueue { workload: Option<Value>, flavors: BTreeMap<String, Value>, priority: Option<(String, i32)> },
 }
 
 /// Whether a Workload's condition `type_` is True.

@@ -10,9 +10,19 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::{API_VERSION, JOB_UID_LABEL, workload_name};
 use crate::decision::Action;
 use crate::desired::{self, BuildError, Settings, job_labels};
+
+/// The label Kueue finds a Workload's job by.
+const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+pub(super) const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
+
+/// The name of a job's Workload: its UID's start keeps a job submitted again under the same
+/// name from finding its predecessor's.
+pub fn workload_name(job: &DIJob) -> String {
+    let uid = job.uid().unwrap_or_default();
+    format!("dijob-{}-{}", job.name_any(), uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>())
+}
 
 /// One podSet of the Workload: pods of one role (or task) and one shape.
 pub(super) struct PodSet {
