@@ -53,7 +53,7 @@ impl Error {
     }
 
     /// The API server's answer, where the error is one.
-    fn answer(&self) -> Option<&kube::Error> {
+    pub fn answer(&self) -> Option<&kube::Error> {
         match self {
             Error::ReadJob { source }
             | Error::WriteStatus { source }

@@ -3,26 +3,26 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use di_api::DIJob;
 use di_api::contract::names;
 use di_client::is_status;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::info;
 
-use crate::context::{Context, MANAGER, publish_on};
+use crate::context::{Context, publish_on};
 use crate::created::Kind;
 use crate::decision::{Action, Why};
 use crate::desired::identity;
 use crate::error::Error;
-use crate::view::controller_uid;
+use crate::refusals::Stop;
+use crate::writes::{create, create_owned, delete, delete_owned};
 
 /// Carries out the actions; whether any pod was created.
 pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -> Result<bool, Error> {
@@ -201,39 +201,6 @@ fn in_order<'a>(services: Vec<&'a Service>, pods: Vec<&'a Pod>) -> (Vec<New<'a>>
 /// pass's), at most: a quota that refuses a thousand pods is told by a few.
 const MORE_WARNINGS: usize = 4;
 
-/// Which of a pass's creates are not sent: once the API server refused one in a way that says it
-/// refuses every further one the same way (`refusals`: the namespace is being deleted, all of
-/// them; a quota's count used up, those of its kind), the rest would only be refused in turn.
-#[derive(Default)]
-struct Stop {
-    all: AtomicBool,
-    pods: AtomicBool,
-    services: AtomicBool,
-}
-
-impl Stop {
-    fn flag(&self, kind: Kind) -> &AtomicBool {
-        match kind {
-            Kind::Pod => &self.pods,
-            Kind::Service => &self.services,
-        }
-    }
-
-    fn skips(&self, kind: Kind) -> bool {
-        self.all.load(Ordering::Relaxed) || self.flag(kind).load(Ordering::Relaxed)
-    }
-
-    fn after(&self, kind: Kind, error: &Error) {
-        if error.says_namespace_terminating() {
-            self.all.store(true, Ordering::Relaxed);
-        } else if let Error::Create { source, .. } = error
-            && crate::refusals::says_count_used_up(source, kind.resource())
-        {
-            self.flag(kind).store(true, Ordering::Relaxed);
-        }
-    }
-}
-
 /// Creates `objects` concurrently (`creates`), in their order; the names of the pods this call
 /// made (not found existing). Every create is tried unless `stop` says it would be refused; a
 /// failed one is told on the job by a Warning naming it, and the pass fails with the first
@@ -263,8 +230,10 @@ async fn create_all(
                     New::Service(service) => create_one(ctx, services, uid, kind, service).await.map(|_| None),
                     New::Pod(pod) => create_one(ctx, pods, uid, kind, pod).await,
                 };
-                if let Err(e) = &made {
-                    stop.after(kind, e);
+                if let Err(e) = &made
+                    && let Some(answer) = e.answer()
+                {
+                    stop.after(kind, answer);
                 }
                 made
             }
@@ -340,88 +309,6 @@ where
     // before the cache shows it.
     ctx.created.wrote(uid, kind, &object.name_any());
     Ok(made.then(|| object.name_any()))
-}
-
-/// Creates `object`; `Ok(false)` when it already exists, which is success. The API server's answer
-/// (the whole object, managed fields and all) is checked for its status and skipped, not built:
-/// nothing reads it, and building it cost CPU at every create.
-async fn create<K>(api: &Api<K>, object: &K) -> Result<bool, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
-    let made = async {
-        let body = serde_json::to_vec(object).map_err(kube::Error::SerdeError)?;
-        let mut request =
-            kube::core::Request::new(api.resource_url()).create(&params, body).map_err(kube::Error::BuildRequest)?;
-        // As kube's own create marks it.
-        request.extensions_mut().insert("create");
-        api.clone().into_client().request::<IgnoredAny>(request).await
-    };
-    match made.await {
-        Ok(IgnoredAny) => Ok(true),
-        Err(e) if is_status(&e, 409) => Ok(false),
-        Err(source) => Err(Error::Create { kind: K::kind(&()).into_owned(), name: object.name_any(), source }),
-    }
-}
-
-/// Deletes the object `name` if its UID is still `uid` (a newer object of the same name is not
-/// the one meant), with the object's own grace period: a pod's containers get to stop, and its
-/// name stays taken until they have, so a replacement never runs beside it. `Ok(false)` when it
-/// is already gone, which is success.
-async fn delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Result<bool, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let preconditions =
-        uid.filter(|u| !u.is_empty()).map(|u| Preconditions { uid: Some(u.to_owned()), ..Default::default() });
-    let params = DeleteParams { preconditions, ..Default::default() };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(true),
-        // 409: the UID precondition failed, so the object meant is gone too.
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
-        Err(source) => Err(Error::Delete { kind: K::kind(&()).into_owned(), name: name.to_owned(), source }),
-    }
-}
-
-/// Deletes the object `name` only if the job `uid` controls it, and only that object (its UID as
-/// precondition): a ServiceAccount or Role of that name the job does not own (made by hand, or a
-/// successor's) is left alone.
-async fn delete_owned<K>(api: &Api<K>, name: &str, uid: &str) -> Result<(), Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let kind = K::kind(&()).into_owned();
-    let found = api.get_metadata_opt(name).await;
-    let found = found.map_err(|source| Error::Delete { kind, name: name.to_owned(), source })?;
-    match found {
-        Some(found) if controller_uid(&found.metadata) == Some(uid) => {
-            delete(api, name, found.metadata.uid.as_deref()).await.map(|_| ())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Creates one of the job `uid`'s objects; `Ok(false)` when it exists already. One that exists
-/// must be the job's own: not a predecessor's of the same name that garbage collection is about
-/// to take away, nor an object no job owns (a Service of that name would take over the replica's
-/// DNS name), which the caches, watching only what the orchestrator labels, may not show. Only
-/// its metadata is read, and only then.
-async fn create_owned<K>(api: &Api<K>, object: &K, uid: &str) -> Result<bool, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    if create(api, object).await? {
-        return Ok(true);
-    }
-    let name = object.name_any();
-    let found = api.get_metadata_opt(&name).await;
-    let kind = K::kind(&()).into_owned();
-    match found.map_err(|source| Error::Create { kind: kind.clone(), name: name.clone(), source })? {
-        Some(found) if controller_uid(&found.metadata) != Some(uid) => Err(Error::NameTaken { kind, name }),
-        // Ours, or gone since: the next pass creates it again.
-        _ => Ok(false),
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod timing;
 pub mod triggers;
 pub mod view;
 pub mod workloads;
+mod writes;
 
 // The pure core, under the paths the reconciler has always used.
 pub use di_core::{decision, desired, lost, plan, queue, status, tasks};

@@ -3,6 +3,10 @@
 //! count of pods (or Services) is used up refuses every further one of that kind. A quota on cpu
 //! or memory is not one: a smaller pod of the same pass may still fit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::created::Kind;
+
 /// The cause the API server gives a create refused in a namespace being deleted.
 pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
 
@@ -24,6 +28,38 @@ pub fn says_count_used_up(error: &kube::Error, resource: &str) -> bool {
     let counted = format!("count/{resource}");
     status.code == 403
         && requested.split(',').filter_map(|r| r.split_once('=')).any(|(name, _)| name == resource || name == counted)
+}
+
+/// Which of a pass's creates are not sent: once the API server refused one in a way that says it
+/// refuses every further one the same way (the namespace is being deleted: all of them; a
+/// quota's count used up: those of its kind), the rest would only be refused in turn.
+#[derive(Default)]
+pub(crate) struct Stop {
+    all: AtomicBool,
+    pods: AtomicBool,
+    services: AtomicBool,
+}
+
+impl Stop {
+    fn flag(&self, kind: Kind) -> &AtomicBool {
+        match kind {
+            Kind::Pod => &self.pods,
+            Kind::Service => &self.services,
+        }
+    }
+
+    pub(crate) fn skips(&self, kind: Kind) -> bool {
+        self.all.load(Ordering::Relaxed) || self.flag(kind).load(Ordering::Relaxed)
+    }
+
+    /// Takes in the API server's answer to a create of `kind` that failed.
+    pub(crate) fn after(&self, kind: Kind, answer: &kube::Error) {
+        if says_namespace_terminating(answer) {
+            self.all.store(true, Ordering::Relaxed);
+        } else if says_count_used_up(answer, kind.resource()) {
+            self.flag(kind).store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[cfg(test)]
