@@ -155,16 +155,18 @@ async fn act(
     // bring a deleted coordinator back. Otherwise the pods come first, for a faster start; and a
     // pass that created pods leaves its status unwritten, since it describes the world before
     // them: the pods' own watch events bring the next pass, which writes the world as it is.
-    if recreates_coordinator(job, &plan) || deletes_by_spec(&plan) {
+    let finishing = plan.status.phase.is_some_and(Phase::is_finished);
+    if recreates_coordinator(job, &plan) || (!finishing && deletes_by_spec(&plan)) {
         // Only a cache that missed the job's last status (say, Succeeded, then the cleanup that
         // deleted the coordinator) could bring a finished job's coordinator back; and only a
         // cache that missed the job's last spec could scale it down or suspend it after a newer
         // one scaled it up or resumed it. Its watch lists from any cache, so each of these is
-        // first checked against a quorum read (one request, and only in such passes).
+        // first checked against a quorum read (one request, and only in such passes). A
+        // finishing pass's cleanup needs none: its status write, conditioned on the job it read,
+        // goes first, and a finished phase never goes back.
         confirm_current(ctx, job).await?;
     }
 
-    let finishing = plan.status.phase.is_some_and(Phase::is_finished);
     let deferred = if finishing {
         let deferred = record_status(ctx, job, &plan.status).await?;
         execute(ctx, job, &plan.actions).await?;

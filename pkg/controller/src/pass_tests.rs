@@ -104,6 +104,7 @@ async fn completion_applies_each_cleanup_policy() {
         assert_eq!(services_deleted, vec!["job-collector-0", "job-collector-1", "job-coordinator"], "policy {policy}");
         assert_eq!(calls(&recorded, "DELETE", "roles"), vec!["job-replicas"], "policy {policy}");
         assert!(calls(&recorded, "POST", "pods").is_empty(), "policy {policy}");
+        assert!(calls(&recorded, "GET", "dijobs").is_empty(), "policy {policy}: the status write guards the cleanup");
     }
 }
 
