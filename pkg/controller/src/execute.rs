@@ -179,6 +179,15 @@ enum New<'a> {
     Pod(&'a Pod),
 }
 
+impl New<'_> {
+    fn kind(self) -> Kind {
+        match self {
+            New::Service(_) => Kind::Service,
+            New::Pod(_) => Kind::Pod,
+        }
+    }
+}
+
 /// The creates that go first, and those that go after them. A Service that is no pod's own (a
 /// task job's headless Service) goes first: its pods look their peers up through it from their
 /// first moment, so one that is refused leaves them to the pass after it. Then every pod, then
@@ -219,10 +228,7 @@ async fn create_all(
         .map(|object| {
             let uid = &uid;
             move || async move {
-                let kind = match object {
-                    New::Service(_) => Kind::Service,
-                    New::Pod(_) => Kind::Pod,
-                };
+                let kind = object.kind();
                 if stop.skips(kind) {
                     return Ok(None);
                 }

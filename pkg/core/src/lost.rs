@@ -1,7 +1,8 @@
 //! A coordinator pod that went away while its job ran: evicted by the API or by its kubelet,
-//! preempted, deleted by hand. Running it again from scratch is what a job needs, but never silently: each loss is
-//! counted on the coordinator's Service like any replica's restart, against `spec.restartLimit`,
-//! and shown (the restart's event, `status.restarts`). Past the limit the job fails.
+//! preempted, deleted by hand. Running it again from scratch is what a job needs, but never
+//! silently: each loss is counted on the coordinator's Service like any replica's restart,
+//! against `spec.restartLimit`, and shown (the restart's event, `status.restarts`). Past the
+//! limit the job fails.
 
 use di_api::contract::annotations;
 use di_api::{DIJob, Phase};

@@ -20,8 +20,8 @@ pub struct Report {
 
 /// What the orchestrator tells Kueue of its job: the Workload's status with the conditions it
 /// owns brought up to date (`PodsReady`, `Finished` once no pod of an ended job runs) and the pods
-/// it gives back, and after an eviction whose pods are gone, the admission given back. `None` when the stored status already
-/// says all of it.
+/// it gives back, and after an eviction whose pods are gone, the admission given back. `None`
+/// when the stored status already says all of it.
 pub fn report(workload: &Value, seen: &Report, now: Timestamp) -> Option<Value> {
     let Report { ready, finished, pods_active, .. } = *seen;
     let mut status = workload["status"].clone();

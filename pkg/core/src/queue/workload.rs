@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use di_api::DIJob;
 use di_api::contract::labels;
 use di_api::tasks::TASK_LABEL;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
@@ -142,10 +142,23 @@ fn apply_update(pod: &mut Pod, update: &Value) {
         pod.annotations_mut().entry(k).or_insert(v);
     }
     let spec = pod.spec.get_or_insert_default();
-    for (k, v) in strings("nodeSelector") {
-        spec.node_selector.get_or_insert_default().insert(k, v);
+    add_node_selector(spec, &update["nodeSelector"]);
+    add_tolerations(spec, &update["tolerations"]);
+}
+
+/// Adds `labels` (a JSON map of strings) to the pod's node selector.
+fn add_node_selector(spec: &mut PodSpec, labels: &Value) {
+    if let Some(labels) = labels.as_object() {
+        let selector = spec.node_selector.get_or_insert_default();
+        for (k, v) in labels {
+            selector.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+        }
     }
-    for toleration in update["tolerations"].as_array().into_iter().flatten() {
+}
+
+/// Appends `tolerations` (a JSON list) to the pod's, each once.
+fn add_tolerations(spec: &mut PodSpec, tolerations: &Value) {
+    for toleration in tolerations.as_array().into_iter().flatten() {
         if let Ok(toleration) = serde_json::from_value(toleration.clone()) {
             let tolerations = spec.tolerations.get_or_insert_default();
             if !tolerations.contains(&toleration) {
@@ -176,20 +189,8 @@ pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String
         let names = assignment["flavors"].as_object().map(|f| f.values().filter_map(Value::as_str).collect::<Vec<_>>());
         let spec = pod.spec.get_or_insert_default();
         for flavor in names.unwrap_or_default().into_iter().filter_map(|n| flavors.get(n)) {
-            if let Some(node_labels) = flavor["nodeLabels"].as_object() {
-                let selector = spec.node_selector.get_or_insert_default();
-                for (k, v) in node_labels {
-                    selector.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
-                }
-            }
-            for toleration in flavor["tolerations"].as_array().into_iter().flatten() {
-                if let Ok(toleration) = serde_json::from_value(toleration.clone()) {
-                    let tolerations = spec.tolerations.get_or_insert_default();
-                    if !tolerations.contains(&toleration) {
-                        tolerations.push(toleration);
-                    }
-                }
-            }
+            add_node_selector(spec, &flavor["nodeLabels"]);
+            add_tolerations(spec, &flavor["tolerations"]);
         }
     }
 }
