@@ -32,15 +32,20 @@ pub(crate) struct ReplicasArgs {
     /// Name of the DIJob this endpoint serves, and no other.
     #[arg(long)]
     pub(crate) job: String,
-    /// Port to listen on (all addresses of the pod).
+    /// UID of that DIJob: a job submitted again under its name is another, never changed here.
+    #[arg(long)]
+    pub(crate) job_uid: String,
+    /// Port of the read-only listener on the pod's network.
     #[arg(long, default_value_t = di_api::contract::REPLICAS_PORT as u16)]
     pub(crate) port: u16,
-    /// Address to bind.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub(crate) bind_address: std::net::IpAddr,
-    /// The pod's own IPs, comma-separated: writes are accepted from them and from loopback.
-    #[arg(long, env = "KUBERNETES_POD_IP", value_delimiter = ',')]
-    pub(crate) pod_ip: Vec<std::net::IpAddr>,
+    /// Address of the read-only listener; by default every address of the pod, IPv6 and IPv4
+    /// (IPv4 alone where the pod has no IPv6).
+    #[arg(long)]
+    pub(crate) bind_address: Option<std::net::IpAddr>,
+    /// Address of the listener that also takes writes: a loopback address only the coordinator's
+    /// own containers reach (their KUBERNETES_SERVER_URL).
+    #[arg(long, default_value_t = di_api::contract::coordinator_endpoint())]
+    pub(crate) coordinator_address: SocketAddr,
     /// How long an answer waits for the reconciler to carry a change out, in seconds.
     #[arg(long, default_value_t = 30)]
     pub(crate) wait_seconds: u64,

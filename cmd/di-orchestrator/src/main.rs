@@ -227,23 +227,49 @@ async fn lead(
 }
 
 async fn replicas(args: ReplicasArgs, stopped: Stopped) -> anyhow::Result<()> {
+    use di_replicas::access::Access;
     use di_replicas::scale::Scope;
     use di_replicas::server::{Endpoint, router};
     let config = kube::Config::infer().await.context("finding the API server (in-cluster or kubeconfig)")?;
     // Its requests go out at once (TCP_NODELAY): a scale request writes the DIJob and reads pods
     // on kept connections, where Nagle's algorithm could hold each for a delayed ACK.
     let client = di_controller::client::client(&config, Http::V1, None).context("connecting to the API server")?;
-    let scope = Scope { namespace: args.namespace, job: args.job };
-    let endpoint =
-        Endpoint::new(client, scope.clone(), args.pod_ip, Duration::from_secs(args.wait_seconds), args.pod_uid);
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.bind_address, args.port))
-        .await
-        .context("binding the replica endpoint")?;
-    info!(addr = %listener.local_addr()?, job = %scope.job, namespace = %scope.namespace, "serving the replica endpoint");
-    axum::serve(listener, router(endpoint).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(until_stopped(stopped))
-        .await?;
+    let scope = Scope { namespace: args.namespace, job: args.job, uid: args.job_uid };
+    let endpoint = Endpoint::new(client, scope.clone(), Duration::from_secs(args.wait_seconds), args.pod_uid);
+    let network = bind_network(args.bind_address, args.port).await?;
+    let own = tokio::net::TcpListener::bind(args.coordinator_address).await.with_context(|| {
+        format!("binding the coordinator's address of the replica endpoint, {}", args.coordinator_address)
+    })?;
+    info!(
+        network = %network.local_addr()?, coordinator = %own.local_addr()?, job = %scope.job, namespace = %scope.namespace,
+        "serving the replica endpoint: reads on the pod's network, writes from the coordinator's containers"
+    );
+    let serve = |listener, access| {
+        let stopped = stopped.clone();
+        axum::serve(listener, router(endpoint.clone(), access))
+            .with_graceful_shutdown(until_stopped(stopped))
+            .into_future()
+    };
+    tokio::try_join!(serve(network, Access::Network), serve(own, Access::Coordinator))?;
     Ok(())
+}
+
+/// The read-only listener: `address`, or every address of the pod, IPv6 and IPv4 on one socket
+/// (Linux accepts IPv4 on `[::]` as mapped addresses), or IPv4 alone where the pod has no IPv6.
+async fn bind_network(address: Option<std::net::IpAddr>, port: u16) -> anyhow::Result<tokio::net::TcpListener> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let bind = |ip: std::net::IpAddr| tokio::net::TcpListener::bind(SocketAddr::new(ip, port));
+    let listener = match address {
+        Some(ip) => bind(ip).await,
+        None => match bind(Ipv6Addr::UNSPECIFIED.into()).await {
+            Ok(listener) => Ok(listener),
+            Err(e) => {
+                info!(error = %e, "no IPv6 in this pod: the replica endpoint listens on IPv4");
+                bind(Ipv4Addr::UNSPECIFIED.into()).await
+            }
+        },
+    };
+    listener.context("binding the replica endpoint on the pod's network")
 }
 
 /// Serves the admission webhooks over TLS, with mounted or self-managed certificates.

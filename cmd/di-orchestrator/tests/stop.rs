@@ -92,13 +92,21 @@ fn sigterm_ends_the_sidecar_with_a_request_waiting_on_the_api_server() {
             "replicas",
             "--namespace=ns",
             "--job=job",
+            "--job-uid=job-uid",
             "--pod-uid=uid",
             "--bind-address=127.0.0.1",
             &format!("--port={port}"),
+            // The same port on another address: free where the first is.
+            &format!("--coordinator-address=127.0.22.80:{port}"),
         ],
     );
-    let endpoint = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_for("listening endpoint", || TcpStream::connect(endpoint).is_ok(), &sidecar);
+    let network = SocketAddr::from(([127, 0, 0, 1], port));
+    let endpoint = SocketAddr::from(([127, 0, 22, 80], port));
+    wait_for(
+        "listening endpoint",
+        || TcpStream::connect(network).is_ok() && TcpStream::connect(endpoint).is_ok(),
+        &sidecar,
+    );
     // A coordinator's request, which waits on the silent API server.
     let mut client = TcpStream::connect(endpoint).unwrap();
     let request = "GET /v1alpha1/replicas?namespace=ns&coordinator=job-coordinator HTTP/1.1\r\nhost: x\r\n\r\n";

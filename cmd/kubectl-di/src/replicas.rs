@@ -102,7 +102,7 @@ async fn restart(ctx: &Ctx, name: &str, pods: &[String], no_wait: bool) -> anyho
         .partition(|p| live.iter().any(|l| &l.name_any() == p && role_of(l) == Some(Role::Collector)));
     let report =
         Replicas { namespace: ctx.namespace.clone(), coordinator: names::coordinator(name), collectors, learners };
-    let marked = mark_failed(&ctx.jobs(), name, &live, &report)
+    let marked = mark_failed(&ctx.jobs(), name, None, &live, &report)
         .await
         .map_err(|e| anyhow!("marking pods of DIJob {name} for restart: {e}"))?
         .result;

@@ -73,12 +73,11 @@ pub mod labels {
 pub mod env {
     pub const POD_NAMESPACE: &str = "KUBERNETES_POD_NAMESPACE";
     pub const POD_NAME: &str = "KUBERNETES_POD_NAME";
-    /// The replica endpoint sidecar only: its pod's IP, from which the coordinator's writes come.
-    pub const POD_IP: &str = "KUBERNETES_POD_IP";
     /// The replica endpoint sidecar only: its pod's UID, which the job's status names while that
     /// pod is the job's coordinator (`status.coordinatorUID`).
     pub const POD_UID: &str = "KUBERNETES_POD_UID";
-    /// `host:port` without a scheme: where the job's replica endpoint answers.
+    /// `host:port` without a scheme: where the job's replica endpoint answers. In the coordinator's
+    /// pod, its own address that takes writes; in the others, the coordinator's Service (reads).
     pub const SERVER_URL: &str = "KUBERNETES_SERVER_URL";
     /// Coordinator only: its own URL.
     pub const COORDINATOR_URL: &str = "KUBERNETES_COORDINATOR_URL";
@@ -125,9 +124,20 @@ pub mod annotations {
     }
 }
 
-/// Port of the replica endpoint, the sidecar next to the coordinator
-/// (`KUBERNETES_SERVER_URL` points at it).
+/// Port of the replica endpoint, the sidecar next to the coordinator, on the pod's network: where
+/// the job's other pods read it (`KUBERNETES_SERVER_URL` in them points at it).
 pub const REPLICAS_PORT: i32 = 22280;
+/// The replica endpoint's address for the coordinator's own containers, where it also takes
+/// writes: a loopback address other than `127.0.0.1`, so that only the pod's own network
+/// namespace reaches it and a port-forward (which dials `localhost`) never does.
+pub const COORDINATOR_ENDPOINT_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 22, 80);
+/// Port of [`COORDINATOR_ENDPOINT_IP`]'s listener.
+pub const COORDINATOR_ENDPOINT_PORT: u16 = 22281;
+
+/// `host:port` of the replica endpoint inside the coordinator's pod (its `KUBERNETES_SERVER_URL`).
+pub fn coordinator_endpoint() -> std::net::SocketAddr {
+    std::net::SocketAddr::from((COORDINATOR_ENDPOINT_IP, COORDINATOR_ENDPOINT_PORT))
+}
 /// Name of the sidecar container and of its port.
 pub const REPLICAS_CONTAINER_NAME: &str = "di-replicas";
 

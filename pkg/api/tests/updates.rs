@@ -95,3 +95,20 @@ fn updates() {
     new.spec.collector.as_mut().unwrap().replicas = Some(-3);
     assert_eq!(update_errors(old, new), vec!["spec.collector.replicas: Invalid value: -3: must be between 0 and 1000"]);
 }
+
+/// A job an older release accepted keeps changing what may change, though its coordinator's
+/// template breaks a rule made since (on the node's network); the template itself stays
+/// immutable, and a new job with it is refused.
+#[test]
+fn a_template_kept_as_it_was_is_not_checked_again() {
+    let mut old = valid_job();
+    pod(&mut old, "coordinator").host_network = Some(true);
+    let mut new = old.clone();
+    new.spec.collector.as_mut().unwrap().replicas = Some(4);
+    assert_eq!(update_errors(old.clone(), new), Vec::<String>::new());
+    let mut changed = old.clone();
+    pod(&mut changed, "coordinator").containers[0].image = Some("other".into());
+    let got = update_errors(old, changed.clone());
+    assert!(got.iter().any(|e| e.starts_with("spec.coordinator.template.spec.hostNetwork: Forbidden")), "{got:#?}");
+    assert!(got.iter().any(|e| e.starts_with("spec.coordinator.template: Forbidden")), "{got:#?}");
+}

@@ -356,6 +356,27 @@ fn each_rule_rejects_with_field_and_fix() {
             "Invalid value: 22280: the port is reserved for the replica endpoint sidecar",
         ),
         (
+            "coordinator port of the sidecar's own address",
+            |j| {
+                pod(j, "coordinator").containers[0].ports =
+                    Some(set_json(json!([{"name": "di-port", "containerPort": 22273}, {"containerPort": 22281}])));
+            },
+            "spec.coordinator.template.spec.containers[0].ports[1].containerPort",
+            "Invalid value: 22281: the port is reserved for the replica endpoint sidecar",
+        ),
+        (
+            "coordinator on the node's network",
+            |j| pod(j, "coordinator").host_network = Some(true),
+            "spec.coordinator.template.spec.hostNetwork",
+            "every process of the node reaches; remove hostNetwork from the coordinator",
+        ),
+        (
+            "coordinator as the namespace's default account",
+            |j| pod(j, "coordinator").service_account_name = Some("default".into()),
+            "spec.coordinator.template.spec.serviceAccountName",
+            "name an account of the coordinator's own, or leave it unset",
+        ),
+        (
             "invalid priority class",
             |j| j.spec.priority_class_name = Some("High Priority".into()),
             "spec.priorityClassName",

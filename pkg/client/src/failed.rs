@@ -58,16 +58,20 @@ pub fn report_failed(job: &DIJob, pods: &[Pod], report: &Replicas) -> Result<(St
     Ok((annotations::format_replace(&entries.into_iter().collect::<Vec<_>>()), named))
 }
 
-/// Marks the pods `report` names failed, deciding on `pods` as listed before: a retry after a
+/// Marks the pods `report` names failed (in the job of UID `uid`, when given), deciding on `pods` as listed before: a retry after a
 /// conflicting write decides on the same incarnations. Answers every pod marked, in the order
 /// of the report.
 pub async fn mark_failed(
     api: &Api<DIJob>,
     name: &str,
+    uid: Option<&str>,
     pods: &[Pod],
     report: &Replicas,
 ) -> Result<Written<Vec<Marked>>, UpdateError<Refusal>> {
     update_job(api, name, |job: &DIJob| {
+        if let Some(uid) = uid {
+            crate::same_job(job, uid)?;
+        }
         let (value, named) = report_failed(job, pods, report)?;
         let marked = named
             .into_iter()

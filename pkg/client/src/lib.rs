@@ -12,6 +12,8 @@ pub mod update;
 pub mod wait;
 pub mod wire;
 
+use di_api::DIJob;
+
 /// Why a request about a job's replicas is refused, by what is wrong with it. The endpoint
 /// answers each with its HTTP status; the plugin prints the message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +27,23 @@ pub enum Refusal {
     /// It is well-formed but the job, as it is, cannot do it.
     #[error("{0}")]
     Conflict(String),
+    /// The job it was meant for is gone: the job of that name now is another.
+    #[error("{0}")]
+    Gone(String),
+}
+
+/// Whether `job` is the job of UID `uid`, the one its writer was made for: a job deleted and
+/// submitted again under the same name is another job.
+pub fn same_job(job: &DIJob, uid: &str) -> Result<(), Refusal> {
+    match job.metadata.uid.as_deref() {
+        Some(found) if found == uid => Ok(()),
+        found => Err(Refusal::Gone(format!(
+            "DIJob {} of UID {uid} is gone: the job of that name now is another (UID {}), which only its own \
+             coordinator changes",
+            job.metadata.name.as_deref().unwrap_or_default(),
+            found.unwrap_or("unknown"),
+        ))),
+    }
 }
 
 /// Whether `error` is the API server answering with `code`: 404 (not found), 409 (conflict), ...

@@ -223,21 +223,18 @@ struct Builder<'a> {
     spec: &'a di_api::DIJobSpec,
     owner: OwnerReference,
     settings: &'a Settings,
-    server_url: String,
 }
 
 impl<'a> Builder<'a> {
     fn new(job: &'a DIJob, settings: &'a Settings) -> Result<Self, BuildError> {
         let name = job.name_any();
         let namespace = job.namespace().unwrap_or_default();
-        let server_url = sidecar::server_url(&name, &namespace);
         Ok(Builder {
             owner: owner_reference(job, &settings.owner_version)?,
             job: name,
             namespace,
             spec: &job.spec,
             settings,
-            server_url,
         })
     }
 
@@ -267,7 +264,7 @@ impl<'a> Builder<'a> {
         {
             spec.containers[main].ports.get_or_insert_default().push(container_port(PORT_NAME, port));
         }
-        let mut env_vars = self.common_env(&name);
+        let mut env_vars = self.common_env(&name, role);
         env_vars.push((role.port_env(), port.to_string()));
         env_vars.extend(extra_env);
         for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
@@ -306,11 +303,11 @@ impl<'a> Builder<'a> {
         Replica { role, index, pod: Pod { metadata: meta, spec: Some(spec), ..Default::default() }, service }
     }
 
-    fn common_env(&self, pod: &str) -> Vec<(&'static str, String)> {
+    fn common_env(&self, pod: &str, role: Role) -> Vec<(&'static str, String)> {
         vec![
             (env::POD_NAMESPACE, self.namespace.clone()),
             (env::POD_NAME, pod.to_owned()),
-            (env::SERVER_URL, self.server_url.clone()),
+            (env::SERVER_URL, sidecar::server_url(&self.job, &self.namespace, role)),
         ]
     }
 }

@@ -79,7 +79,9 @@ fn the_env_contract() {
     let coordinator = env(&replicas[0].pod, 0);
     assert_eq!(coordinator["KUBERNETES_POD_NAMESPACE"], "ns");
     assert_eq!(coordinator["KUBERNETES_POD_NAME"], "job-coordinator");
-    assert_eq!(coordinator["KUBERNETES_SERVER_URL"], "job-coordinator.ns:22280");
+    // The coordinator's containers write at the endpoint's own loopback address; the others
+    // read at the coordinator's Service.
+    assert_eq!(coordinator["KUBERNETES_SERVER_URL"], "127.0.22.80:22281");
     assert_eq!(coordinator["KUBERNETES_COORDINATOR_URL"], "job-coordinator.ns:22273");
     assert_eq!(coordinator["COORDINATOR_PORT"], "22273");
     let collector = env(&replicas[1].pod, 0);
@@ -115,7 +117,14 @@ fn coordinator_pod_carries_the_replica_endpoint() {
     assert!(sidecar.startup_probe.is_some(), "the coordinator starts once the endpoint answers");
     assert!(spec.containers.iter().all(|c| c.name != "di-replicas"));
     assert_eq!(sidecar.image.as_deref(), Some(Settings::default().replicas_image.as_str()));
-    assert!(sidecar.args.as_ref().unwrap().contains(&"--job=job".to_string()));
+    let args = sidecar.args.clone().unwrap();
+    for arg in ["--job=job", "--coordinator-address=127.0.22.80:22281", "--port=22280"] {
+        assert!(args.contains(&arg.to_string()), "{args:?} lacks {arg}");
+    }
+    let uid = coordinator.pod.metadata.owner_references.as_ref().unwrap()[0].uid.clone();
+    assert!(args.contains(&format!("--job-uid={uid}")), "{args:?}: the endpoint serves this job's UID only");
+    let sidecar_env = sidecar.env.as_deref().unwrap_or_default();
+    assert!(sidecar_env.iter().all(|e| e.name != "KUBERNETES_POD_IP"), "writes are no longer told by address");
     assert_eq!(service_ports(coordinator), vec![("di-port".into(), 22273), ("di-replicas".into(), 22280)]);
 }
 

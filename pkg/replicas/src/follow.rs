@@ -188,8 +188,9 @@ pub(crate) async fn wait_for_replacements(endpoint: &Endpoint, old: &[Marked]) -
 /// the coordinator it runs now (`status.coordinatorUID`): the admission policy refuses a write
 /// from any other pod. The orchestrator records it with the job's status, within seconds of the
 /// coordinator's start; a predecessor's coordinator of the same name, still terminating after
-/// the job was submitted again, never is, and is answered 409. Once named, the pod stays the
-/// job's coordinator for as long as it runs, so this is looked up once.
+/// the job was submitted again, never is: it is answered 410 at once, the job of that name being
+/// another (its UID). Once named, the pod stays the job's coordinator for as long as it runs, so
+/// this is looked up once; every write is still made to this job's UID only.
 pub(crate) async fn until_current(endpoint: &Endpoint) -> Result<(), ApiError> {
     use std::sync::atomic::Ordering;
     if endpoint.current.load(Ordering::Relaxed) {
@@ -200,18 +201,19 @@ pub(crate) async fn until_current(endpoint: &Endpoint) -> Result<(), ApiError> {
         // Every look is answered or given up, even one made at the deadline (a wait of zero).
         let bound = deadline.max(Instant::now() + LOOK);
         let job = tokio::time::timeout_at(bound, endpoint.jobs().get(&endpoint.scope.job)).await;
-        let job = job.map_err(again)?.map_err(again)?;
+        let job = job.map_err(|e| Named::Not(again(e)))?.map_err(|e| Named::Not(again(e)))?;
+        di_client::same_job(&job, &endpoint.scope.uid).map_err(|gone| Named::Gone(ApiError::from(gone)))?;
         match job.status.and_then(|s| s.coordinator_uid) {
             Some(uid) if uid == endpoint.pod_uid => Ok(()),
-            Some(uid) => Err(Again(format!("the job's status names the coordinator pod of UID {uid}"))),
-            None => Err(Again("the job's status names no coordinator yet".into())),
+            Some(uid) => Err(Named::Not(Again(format!("the job's status names the coordinator pod of UID {uid}")))),
+            None => Err(Named::Not(Again("the job's status names no coordinator yet".into()))),
         }
     };
     let looked = look
         .retry(step_pauses())
         .sleep(until(deadline))
-        .when(|_| Instant::now() < deadline)
-        .notify(|Again(why), pause| debug!(why, ?pause, "waiting for the job's status to name this coordinator"))
+        .when(|named| matches!(named, Named::Not(_)) && Instant::now() < deadline)
+        .notify(|named, pause| debug!(?named, ?pause, "waiting for the job's status to name this coordinator"))
         .await;
     match looked {
         Ok(()) => {
@@ -219,7 +221,8 @@ pub(crate) async fn until_current(endpoint: &Endpoint) -> Result<(), ApiError> {
             info!(pod_uid = %endpoint.pod_uid, "the job's status names this pod as its coordinator");
             Ok(())
         }
-        Err(Again(why)) => Err(ApiError::Conflict(format!(
+        Err(Named::Gone(gone)) => Err(gone),
+        Err(Named::Not(Again(why))) => Err(ApiError::Conflict(format!(
             "this pod ({}, UID {}) is not the coordinator job {} runs now: {why} (waited {:?}). A coordinator \
              that just started is named within seconds: ask again",
             endpoint.scope.coordinator(),
@@ -228,6 +231,14 @@ pub(crate) async fn until_current(endpoint: &Endpoint) -> Result<(), ApiError> {
             endpoint.wait
         ))),
     }
+}
+
+/// Why the job's status does not name this endpoint's pod: not yet (look again), or never (the
+/// job of that name is another).
+#[derive(Debug)]
+enum Named {
+    Not(Again),
+    Gone(ApiError),
 }
 
 /// The longest one look at the job may take when the wait is over or shorter.

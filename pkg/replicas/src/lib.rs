@@ -2,6 +2,7 @@
 //! coordinator and scoped to its job. Requests change the DIJob's desired state through
 //! `di_client`'s rules and writes; the reconciler creates and deletes the pods.
 
+pub mod access;
 mod follow;
 mod quota;
 pub mod scale;

@@ -23,6 +23,8 @@ pub enum ApiError {
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
+    Gone(String),
+    #[error("{0}")]
     TooLarge(String),
     #[error("{0}")]
     Internal(String),
@@ -35,6 +37,7 @@ impl ApiError {
             ApiError::Forbidden(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::Conflict(_) => 409,
+            ApiError::Gone(_) => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::Internal(_) => 500,
         }
@@ -47,6 +50,7 @@ impl From<Refusal> for ApiError {
             Refusal::BadRequest(m) => ApiError::BadRequest(m),
             Refusal::NotFound(m) => ApiError::NotFound(m),
             Refusal::Conflict(m) => ApiError::Conflict(m),
+            Refusal::Gone(m) => ApiError::Gone(m),
         }
     }
 }
@@ -73,6 +77,9 @@ pub fn internal(e: kube::Error) -> ApiError {
 pub struct Scope {
     pub namespace: String,
     pub job: String,
+    /// The job's UID: a job submitted again under its name is another job, never this
+    /// endpoint's (a predecessor's coordinator may still be terminating when it comes).
+    pub uid: String,
 }
 
 impl Scope {
@@ -179,7 +186,7 @@ mod tests {
 
     #[test]
     fn an_aggregator_lists_every_training_process() {
-        let scope = Scope { namespace: "ns".into(), job: "j".into() };
+        let scope = Scope { namespace: "ns".into(), job: "j".into(), uid: "uid".into() };
         let pods = vec![
             pod("j-aggregator-0", "aggregator", "0", json!([{"name": "di-port", "containerPort": 22272}])),
             pod("j-ddp-learner-0-1", "ddp-learner", "0", json!([{"name": "di-port", "containerPort": 22271}])),
@@ -208,7 +215,7 @@ mod tests {
 
     #[test]
     fn scope_is_one_job() {
-        let scope = Scope { namespace: "ns".into(), job: "job".into() };
+        let scope = Scope { namespace: "ns".into(), job: "job".into(), uid: "uid".into() };
         assert_eq!(scope.check("ns", "job-coordinator"), Ok(()));
         assert_eq!(scope.check("ns", "job2-coordinator").unwrap_err().status(), 403);
         assert_eq!(scope.check("other", "job-coordinator").unwrap_err().status(), 403);

@@ -1,7 +1,6 @@
 //! The replica endpoint's HTTP API (`/v1alpha1` and `/v1alpha2`): requests checked, decided with
 //! `di_client`'s rules, written one at a time, and answered once the pods followed (`follow`).
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -9,18 +8,18 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use di_api::DIJob;
 use di_api::contract::{Role, labels};
 use di_api::pod::{role_of, url_of};
-use di_client::Refusal;
 use di_client::failed::{mark_failed, pod_name_of};
 use di_client::scale::{Affected, scale_down, scale_up};
 use di_client::update::{UpdateError, Written, update_job};
 use di_client::wire::{Envelope, ReplicaRequest, Replicas};
+use di_client::{Refusal, same_job};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
@@ -29,6 +28,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tracing::info;
 
+use crate::access::{Access, Shared};
 use crate::follow::{until_current, wait_for, wait_for_replacements};
 use crate::quota::{self, Admission};
 use crate::scale::{self, ApiError, Scope, internal};
@@ -40,8 +40,6 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub struct Endpoint {
     pub client: Client,
     pub scope: Scope,
-    /// Addresses writes may come from besides loopback: the pod's own IPs.
-    pub own_ips: Vec<IpAddr>,
     /// How long an answer waits for the reconciler to create or remove the replicas.
     pub wait: Duration,
     /// The UID of the pod this endpoint runs in: it writes once the job's status names it.
@@ -51,18 +49,20 @@ pub struct Endpoint {
     /// One write at a time from this endpoint; optimistic concurrency covers other writers. Held
     /// for the write only, never while a request waits for pods.
     writing: Arc<Mutex<()>>,
+    /// The listing the network's readers share.
+    shared: Shared,
 }
 
 impl Endpoint {
-    pub fn new(client: Client, scope: Scope, own_ips: Vec<IpAddr>, wait: Duration, pod_uid: String) -> Arc<Endpoint> {
+    pub fn new(client: Client, scope: Scope, wait: Duration, pod_uid: String) -> Arc<Endpoint> {
         Arc::new(Endpoint {
             client,
             scope,
-            own_ips,
             wait,
             pod_uid,
             current: AtomicBool::new(false),
             writing: Arc::default(),
+            shared: Shared::default(),
         })
     }
 
@@ -86,16 +86,25 @@ impl Endpoint {
         let (api, selector) = self.pod_api();
         Ok(slim::list(&api, &ListParams::default().labels(&selector)).await.map_err(internal)?.0)
     }
+
+    /// The job's pods for a reader: listed now for the coordinator, shared by the network's.
+    async fn pods_for(&self, access: Access) -> Result<Arc<Vec<Pod>>, ApiError> {
+        match access {
+            Access::Coordinator => Ok(Arc::new(self.pods().await?)),
+            Access::Network => self.shared.get(|| self.pods()).await,
+        }
+    }
 }
 
-pub fn router(endpoint: Arc<Endpoint>) -> Router {
+/// The endpoint's routes as one of its listeners serves them (`access`).
+pub fn router(endpoint: Arc<Endpoint>, access: Access) -> Router {
     let mut router = Router::new().route("/healthz", get(|| async { envelope::<()>(Ok((None, "ok".into()))) }));
     for version in ["/v1alpha1", "/v1alpha2"] {
         router = router
             .route(&format!("{version}/replicas"), get(list).post(add).delete(remove))
             .route(&format!("{version}/replicas/failed"), post(failed));
     }
-    answers_every_route(router).with_state(endpoint)
+    answers_every_route(router).layer(Extension(access)).with_state(endpoint)
 }
 
 /// What every replica endpoint (this one, and a local run's) answers besides its routes: the
@@ -148,15 +157,6 @@ pub fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result
     Ok(value)
 }
 
-/// Writes come from the coordinator's own pod: loopback or the pod's own address.
-fn check_writer(endpoint: &Endpoint, peer: SocketAddr) -> Result<(), ApiError> {
-    let ip = peer.ip().to_canonical();
-    if ip.is_loopback() || endpoint.own_ips.contains(&ip) {
-        return Ok(());
-    }
-    Err(ApiError::Forbidden(format!("only the coordinator's own pod may change the job's replicas, not {ip}")))
-}
-
 #[derive(serde::Deserialize)]
 struct ListQuery {
     namespace: Option<String>,
@@ -165,32 +165,36 @@ struct ListQuery {
     name: Option<String>,
 }
 
-async fn list(State(endpoint): State<Arc<Endpoint>>, query: Result<Query<ListQuery>, QueryRejection>) -> Response {
+async fn list(
+    State(endpoint): State<Arc<Endpoint>>,
+    Extension(access): Extension<Access>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Response {
     match query {
-        Ok(Query(query)) => envelope(list_outcome(&endpoint, query).await),
+        Ok(Query(query)) => envelope(list_outcome(&endpoint, access, query).await),
         Err(e) => envelope::<Replicas>(Err(ApiError::BadRequest(format!("bad query parameters: {e}")))),
     }
 }
 
-async fn list_outcome(endpoint: &Endpoint, query: ListQuery) -> Outcome<Replicas> {
+async fn list_outcome(endpoint: &Endpoint, access: Access, query: ListQuery) -> Outcome<Replicas> {
     let scope = &endpoint.scope;
     let namespace =
         query.namespace.ok_or_else(|| ApiError::BadRequest("the namespace parameter is required".into()))?;
     match (query.coordinator, query.aggregator, query.name) {
         (Some(coordinator), None, None) => {
             scope.check(&namespace, &coordinator)?;
-            Ok((Some(scale::listing(scope, &endpoint.pods().await?)), "successfully get replicas".into()))
+            Ok((Some(scale::listing(scope, &endpoint.pods_for(access).await?)), "successfully get replicas".into()))
         }
         (None, Some(aggregator), None) => {
             scope.check(&namespace, &scope.coordinator())?;
             Ok((
-                Some(scale::ddp_listing(scope, &endpoint.pods().await?, &aggregator)?),
+                Some(scale::ddp_listing(scope, &endpoint.pods_for(access).await?, &aggregator)?),
                 "successfully get replicas".into(),
             ))
         }
         (None, None, Some(name)) => {
             scope.check(&namespace, &scope.coordinator())?;
-            let pods = endpoint.pods().await?;
+            let pods = endpoint.pods_for(access).await?;
             let pod = pods
                 .iter()
                 .find(|p| p.name_any() == name)
@@ -209,27 +213,27 @@ async fn list_outcome(endpoint: &Endpoint, query: ListQuery) -> Outcome<Replicas
 
 async fn add(
     State(endpoint): State<Arc<Endpoint>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(access): Extension<Access>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    envelope(scale_outcome(&endpoint, peer, bytes, true).await)
+    envelope(scale_outcome(&endpoint, access, bytes, true).await)
 }
 
 async fn remove(
     State(endpoint): State<Arc<Endpoint>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(access): Extension<Access>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    envelope(scale_outcome(&endpoint, peer, bytes, false).await)
+    envelope(scale_outcome(&endpoint, access, bytes, false).await)
 }
 
 async fn scale_outcome(
     endpoint: &Arc<Endpoint>,
-    peer: SocketAddr,
+    access: Access,
     bytes: Result<Bytes, BytesRejection>,
     up: bool,
 ) -> Outcome<Replicas> {
-    check_writer(endpoint, peer)?;
+    access.check_write()?;
     let request: ReplicaRequest = body(bytes)?;
     endpoint.scope.check(&request.namespace, &request.coordinator)?;
     until_current(endpoint).await?;
@@ -239,9 +243,10 @@ async fn scale_outcome(
         false => Admission::Free,
     };
     let turn = endpoint.turn().await;
-    let (jobs, name) = (endpoint.jobs(), endpoint.scope.job.clone());
+    let (jobs, name, uid) = (endpoint.jobs(), endpoint.scope.job.clone(), endpoint.scope.uid.clone());
     let written = write(turn, async move {
         update_job(&jobs, &name, |job: &DIJob| {
+            same_job(job, &uid)?;
             let mut change = if up { scale_up(job, &request)? } else { scale_down(job, &request)? };
             change.notes.extend(quota::check(&admission, job, &change.apply(job))?);
             Ok((change.patch(job), change))
@@ -284,18 +289,18 @@ async fn write<T: Send + 'static>(
 
 async fn failed(
     State(endpoint): State<Arc<Endpoint>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(access): Extension<Access>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    envelope(failed_outcome(&endpoint, peer, bytes).await)
+    envelope(failed_outcome(&endpoint, access, bytes).await)
 }
 
 async fn failed_outcome(
     endpoint: &Arc<Endpoint>,
-    peer: SocketAddr,
+    access: Access,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Outcome<Replicas> {
-    check_writer(endpoint, peer)?;
+    access.check_write()?;
     let report: Replicas = body(bytes)?;
     endpoint.scope.check(&report.namespace, &report.coordinator)?;
     until_current(endpoint).await?;
@@ -303,8 +308,8 @@ async fn failed_outcome(
     // The pods as reported on; a retry after a conflicting write decides on the same ones.
     let pods = Arc::new(endpoint.pods().await?);
     let marking = {
-        let (jobs, name, pods, report) = (endpoint.jobs(), endpoint.scope.job.clone(), pods.clone(), report.clone());
-        async move { mark_failed(&jobs, &name, &pods, &report).await }
+        let (jobs, scope, pods, report) = (endpoint.jobs(), endpoint.scope.clone(), pods.clone(), report.clone());
+        async move { mark_failed(&jobs, &scope.job, Some(&scope.uid), &pods, &report).await }
     };
     let marked = write(turn, marking).await?.result;
     // Written: from here on the answer is a success, whatever the wait for pods finds.

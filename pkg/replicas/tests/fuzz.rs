@@ -1,21 +1,20 @@
 //! Fuzzing the replica endpoint in-process, over a fake API server: any body for the three
 //! writes, mutations of the requests DI-engine sends, any query string for the listing, from the
-//! coordinator's own pod and from a stranger. Every answer is the envelope; a failure says why,
+//! coordinator's own address and from the pod's network. Every answer is the envelope; a failure says why,
 //! with a 4xx status (a client's mistake is never a 5xx), and never changes the job; a success
 //! leaves the job with counts the webhook would accept.
 
 #[path = "../../../fuzz/support.rs"]
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, StatusCode};
 use di_api::contract::{MAX_GPUS_PER_LEARNER, MAX_REPLICAS};
 use di_client::wire::ReplicaRequest;
+use di_replicas::access::Access;
 use di_replicas::scale::Scope;
 use di_replicas::server::{Endpoint, router};
 use di_testing::{Answer, status};
@@ -107,20 +106,16 @@ fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
     client
 }
 
-const OWN_POD: [u8; 4] = [10, 1, 2, 3];
-const STRANGER: [u8; 4] = [10, 9, 9, 9];
-
-fn peers() -> impl Strategy<Value = [u8; 4]> {
-    prop::sample::select(vec![[127, 0, 0, 1], OWN_POD, OWN_POD, STRANGER])
+fn peers() -> impl Strategy<Value = Access> {
+    prop::sample::select(vec![Access::Coordinator, Access::Coordinator, Access::Network])
 }
 
 /// One request to a fresh endpoint; the answer as it came, and the world after it.
-async fn call(peer: [u8; 4], method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>, World) {
+async fn call(peer: Access, method: &str, uri: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>, World) {
     let world = Arc::new(Mutex::new(World { job: job(), pods: pods(), writes: 0 }));
-    let scope = Scope { namespace: "ns".into(), job: "job".into() };
-    let own = vec![std::net::IpAddr::from(OWN_POD)];
-    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, own, Duration::ZERO, COORDINATOR_UID.into());
-    let app = router(endpoint).layer(MockConnectInfo(SocketAddr::from((peer, 40000))));
+    let scope = Scope { namespace: "ns".into(), job: "job".into(), uid: "job-uid".into() };
+    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, Duration::ZERO, COORDINATOR_UID.into());
+    let app = router(endpoint, peer);
     // No Content-Type, as DI-engine sends it.
     let request = Request::builder().method(method).uri(uri).body(Body::from(body)).unwrap();
     let response = app.oneshot(request).await.unwrap();
@@ -171,14 +166,14 @@ fn check_job(world: &World) -> Result<(), TestCaseError> {
 }
 
 /// A write (`POST` or `DELETE /replicas`, `POST /replicas/failed`) with `body`.
-async fn check_write(peer: [u8; 4], (method, uri): (&str, &str), body: Vec<u8>) -> Result<(), TestCaseError> {
+async fn check_write(peer: Access, (method, uri): (&str, &str), body: Vec<u8>) -> Result<(), TestCaseError> {
     let (status, bytes, world) = call(peer, method, uri, body.clone()).await;
     let reply = envelope(status, &bytes)?;
     check_job(&world)?;
     if reply["success"] == false {
         prop_assert_eq!(world.writes, 0, "a refused request changed the job: {}", reply);
     }
-    if peer == STRANGER {
+    if peer == Access::Network {
         prop_assert_eq!(status, StatusCode::FORBIDDEN, "{}", reply);
     } else if !is_json_object(&body) {
         prop_assert_eq!(status, StatusCode::BAD_REQUEST, "{}", reply);
@@ -210,7 +205,7 @@ fn check_scaled(method: &str, body: &[u8], world: &World, reply: &Value) -> Resu
 }
 
 /// A listing with the query string `query`.
-async fn check_list(peer: [u8; 4], query: &str) -> Result<(), TestCaseError> {
+async fn check_list(peer: Access, query: &str) -> Result<(), TestCaseError> {
     let uri = format!("/v1alpha1/replicas?{query}");
     let (status, bytes, world) = call(peer, "GET", &uri, vec![]).await;
     let reply = envelope(status, &bytes)?;
@@ -302,7 +297,7 @@ proptest! {
         edits in support::byte_edits(),
     ) {
         let body = support::apply_bytes(serde_json::to_vec(&seed).unwrap(), &edits);
-        block_on(check_write([127, 0, 0, 1], route, body))?;
+        block_on(check_write(Access::Coordinator, route, body))?;
     }
 
     #[test]
@@ -318,13 +313,13 @@ fn the_corpus_gets_envelopes() {
     for (name, bytes) in support::corpus("replicas") {
         if name.ends_with(".query") {
             for query in String::from_utf8(bytes).unwrap().lines() {
-                let outcome = block_on(check_list([127, 0, 0, 1], query));
+                let outcome = block_on(check_list(Access::Coordinator, query));
                 assert!(outcome.is_ok(), "fuzz/corpus/replicas/{name}: {query:?}: {outcome:?}");
             }
             continue;
         }
         for route in WRITES {
-            let outcome = block_on(check_write([127, 0, 0, 1], route, bytes.clone()));
+            let outcome = block_on(check_write(Access::Coordinator, route, bytes.clone()));
             assert!(outcome.is_ok(), "fuzz/corpus/replicas/{name} on {route:?}: {outcome:?}");
         }
     }
@@ -337,7 +332,7 @@ fn the_corpus_gets_envelopes() {
 fn a_huge_exponent_is_answered_at_once() {
     let body = br#"{"namespace": "ns", "coordinator": "job-coordinator", "learners": {"replicas": 0, "gpus": "0e2147483647"}}"#;
     let started = std::time::Instant::now();
-    let outcome = block_on(check_write([127, 0, 0, 1], WRITES[0], body.to_vec()));
+    let outcome = block_on(check_write(Access::Coordinator, WRITES[0], body.to_vec()));
     assert!(outcome.is_ok(), "{outcome:?}");
     assert!(
         started.elapsed() < Duration::from_secs(10),

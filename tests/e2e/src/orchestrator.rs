@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use di_api::contract::COORDINATOR_ENDPOINT_IP;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::PostParams;
@@ -229,10 +230,14 @@ fn spawn(kubeconfig: &Path, args: &[String], log: &Path, identity: &str) -> Chil
 
 /// The replica endpoint of one job, as a local process with its coordinator's identity (the
 /// ServiceAccount the coordinator pod runs as, in a token bound to that pod, as the kubelet
-/// mounts it), listening on loopback.
+/// mounts it), listening on loopback: on the coordinator's own address and, for the network's
+/// readers, on `127.0.0.1`.
 pub struct Sidecar {
     _child: Child,
+    /// Where the coordinator's containers reach it (reads and writes).
     pub url: String,
+    /// Where the pod's network reaches it (reads only).
+    pub network_url: String,
     pub kubeconfig: PathBuf,
     log: PathBuf,
 }
@@ -243,15 +248,22 @@ impl Sidecar {
         let kubeconfig = pod_kubeconfig(cluster, namespace, &coordinator).await;
         // As the kubelet fills it from the pod (the downward API).
         let pods = Api::<Pod>::namespaced(cluster.client.clone(), namespace);
-        let uid = pods.get(&coordinator).await.expect("the coordinator pod").metadata.uid.expect("a pod's UID");
+        let pod = pods.get(&coordinator).await.expect("the coordinator pod");
+        let uid = pod.metadata.uid.clone().expect("a pod's UID");
+        // The job's UID, as the reconciler gives it to the sidecar: the owner of its pod.
+        let job_uid = pod.metadata.owner_references.as_ref().and_then(|o| o.first()).expect("an owned pod").uid.clone();
+        // Two listeners on different addresses: the same number for both would do.
         let port = crate::ports::free_port().expect("a free port");
+        let own_port = crate::ports::free_port().expect("a free port");
         let log = kubeconfig.with_extension("log");
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("sidecar log");
         let child = Command::new(binary("di-orchestrator"))
             .args(["replicas", "--bind-address=127.0.0.1", "--wait-seconds=30"])
             .arg(format!("--namespace={namespace}"))
             .arg(format!("--job={job}"))
+            .arg(format!("--job-uid={job_uid}"))
             .arg(format!("--port={port}"))
+            .arg(format!("--coordinator-address={}:{own_port}", COORDINATOR_ENDPOINT_IP))
             .env("KUBECONFIG", &kubeconfig)
             .env(di_api::contract::env::POD_UID, uid)
             .env(RUN_MARKER, kubeconfig.parent().and_then(Path::parent).expect("run folder"))
@@ -261,7 +273,8 @@ impl Sidecar {
             .kill_on_drop(true)
             .spawn()
             .expect("starting the replica endpoint");
-        Sidecar { _child: child, url: format!("http://127.0.0.1:{port}"), kubeconfig, log }
+        let url = format!("http://{COORDINATOR_ENDPOINT_IP}:{own_port}");
+        Sidecar { _child: child, url, network_url: format!("http://127.0.0.1:{port}"), kubeconfig, log }
     }
 
     pub fn log(&self) -> String {

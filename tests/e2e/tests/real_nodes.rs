@@ -1,12 +1,14 @@
 //! What only real nodes show (`make e2e`, kind): a coordinator container that scales its own job
-//! through the replica-endpoint sidecar on localhost, as DI-engine does, and then reaches the new
-//! collector by the `<pod>.<namespace>` name the endpoint handed out, over the cluster's DNS and
-//! Service network; its exit then finishes the job. On simulated nodes nothing runs a container,
-//! so these scenarios do not apply there.
+//! through the replica-endpoint sidecar at `KUBERNETES_SERVER_URL`, as DI-engine does, and then
+//! reaches the new collector by the `<pod>.<namespace>` name the endpoint handed out, over the
+//! cluster's DNS and Service network; its exit then finishes the job. And a port-forward to the
+//! coordinator, which reaches the endpoint as the pod's own loopback does, reads it and changes
+//! nothing. On simulated nodes nothing runs a container, so these scenarios do not apply there.
 
 use di_api::Phase;
-use di_api::contract::REPLICAS_PORT;
+use di_api::contract::{COORDINATOR_ENDPOINT_PORT, REPLICAS_PORT};
 use di_e2e::nodes::{REAL_IMAGE, WAIT_FOR_EXIT, real_nodes};
+use di_e2e::ports::free_port;
 use di_e2e::scenario::{Scenario, names};
 use kube::api::LogParams;
 use serde_json::json;
@@ -15,12 +17,13 @@ use serde_json::json;
 /// so the new one is `net-collector-1`) with DI-engine's request, then fetch the page the new collector serves under the name the answer gave. Exits 0
 /// only when the page names that collector's own pod. (No `wget -T`: busybox 1.35's crashes.)
 fn coordinator_script(ns: &str) -> String {
-    let endpoint = format!("http://localhost:{REPLICAS_PORT}");
+    let endpoint = "http://$KUBERNETES_SERVER_URL";
     let request = format!(
         r#"{{"namespace":"{ns}","coordinator":"net-coordinator","collectors":{{"replicas":1}},"learners":{{"replicas":0}}}}"#
     );
     format!(
         r#"trap 'exit 143' TERM
+echo "endpoint: $KUBERNETES_SERVER_URL"
 until wget -q -O /dev/null {endpoint}/healthz; do sleep 0.5; done
 wget -q -O /tmp/answer --header 'Content-Type: application/json' --post-data '{request}' {endpoint}/v1alpha1/replicas || exit 2
 cat /tmp/answer; echo
@@ -75,4 +78,73 @@ async fn a_coordinator_scales_through_its_sidecar_and_reaches_the_new_collector_
     // Policy Running: the collectors that still ran are gone; the coordinator stays for its logs.
     s.wait_pods("net", &names("net", &["coordinator"])).await;
     s.wait_services("net", &[]).await;
+}
+
+/// `kubectl port-forward` reaches a pod's ports from the pod's own loopback, where the endpoint
+/// used to trust every caller. Forwarded, the endpoint's network port reads and refuses writes,
+/// and the coordinator's own address, on a loopback address the forward never dials, is not
+/// reached at all: the job stays as it was.
+#[tokio::test]
+#[ignore = "kind tier: run with `make e2e`"]
+async fn a_port_forward_to_the_coordinator_reads_its_endpoint_and_changes_nothing() {
+    if !real_nodes() {
+        di_e2e::cluster::not_applicable("a port-forward needs a kubelet and a container runtime (kind tier only)");
+        return;
+    }
+    let s = Scenario::new("forward").await;
+    let waiting =
+        json!({"containers": [{"name": "di-container", "image": REAL_IMAGE, "command": ["sh", "-c", WAIT_FOR_EXIT]}]});
+    s.submit(
+        "fwd",
+        1,
+        0,
+        json!({"coordinator": {"template": {"spec": waiting}}, "collector": {"template": {"spec": waiting}}}),
+    )
+    .await;
+    s.wait_phase("fwd", Phase::Running).await;
+    let (network, own) = (free_port().unwrap(), free_port().unwrap());
+    let mut forward = tokio::process::Command::new("kubectl")
+        .args(["port-forward", "-n", &s.ns, "pod/fwd-coordinator"])
+        .arg(format!("{network}:{REPLICAS_PORT}"))
+        .arg(format!("{own}:{COORDINATOR_ENDPOINT_PORT}"))
+        .env("KUBECONFIG", &s.cluster.kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl port-forward");
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
+    let health = format!("http://127.0.0.1:{network}/healthz");
+    let mut forwarded = false;
+    for _ in 0..60 {
+        if http.get(&health).send().await.is_ok_and(|r| r.status().is_success()) {
+            forwarded = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(forwarded, "the port-forward never answered");
+
+    let ns = &s.ns;
+    let list = format!("http://127.0.0.1:{network}/v1alpha1/replicas?namespace={ns}&coordinator=fwd-coordinator");
+    let reply: serde_json::Value = http.get(&list).send().await.unwrap().json().await.unwrap();
+    assert_eq!(reply["data"]["collectors"], json!([format!("fwd-collector-0.{ns}:22270")]), "{reply}");
+    let scale = json!({"namespace": ns, "coordinator": "fwd-coordinator", "collectors": {"replicas": 5}});
+    let refused = http
+        .post(format!("http://127.0.0.1:{network}/v1alpha1/replicas"))
+        .body(scale.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = refused.status().as_u16();
+    let reply: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!((status, reply["success"].clone()), (403, json!(false)), "{reply}");
+    // The coordinator's own address: the forward dials the pod's localhost, where nothing of the
+    // endpoint listens, so the request gets no answer of the endpoint's.
+    let own_answer =
+        http.post(format!("http://127.0.0.1:{own}/v1alpha1/replicas")).body(scale.to_string()).send().await;
+    assert!(own_answer.is_err(), "the coordinator's own address answered through a port-forward: {own_answer:?}");
+    let job = s.jobs.get("fwd").await.unwrap();
+    assert_eq!(job.spec.collector_replicas(), 1, "nothing written through the port-forward");
+    forward.kill().await.ok();
 }

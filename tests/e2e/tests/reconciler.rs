@@ -43,7 +43,13 @@ async fn a_job_runs_with_every_replica_owned_and_wired() {
         let env = env_of(pod);
         assert_eq!(env["KUBERNETES_POD_NAME"], pod.name_any());
         assert_eq!(env["KUBERNETES_POD_NAMESPACE"], s.ns);
-        assert_eq!(env["KUBERNETES_SERVER_URL"], format!("cartpole-coordinator.{}:22280", s.ns));
+        // The coordinator's own containers write at the endpoint's loopback address; the others
+        // read at the coordinator's Service.
+        let endpoint = match pod.name_any().as_str() {
+            "cartpole-coordinator" => "127.0.22.80:22281".to_string(),
+            _ => format!("cartpole-coordinator.{}:22280", s.ns),
+        };
+        assert_eq!(env["KUBERNETES_SERVER_URL"], endpoint);
     }
     let coordinator = pods.iter().find(|p| p.name_any() == "cartpole-coordinator").unwrap();
     assert_eq!(env_of(coordinator)["COORDINATOR_PORT"], "22273");

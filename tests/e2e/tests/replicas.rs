@@ -11,9 +11,9 @@ use di_e2e::cluster::within;
 use di_e2e::controlplane::admin_client;
 use di_e2e::orchestrator::{Sidecar, pod_kubeconfig};
 use di_e2e::scenario::{Scenario, names};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -101,6 +101,19 @@ async fn a_coordinator_scales_its_own_job() {
     )
     .await;
     assert_eq!((status, reply["success"].clone(), reply["code"].clone()), (403, json!(false), json!(1)));
+
+    // On the pod's network the endpoint reads, and writes nothing, whoever asks.
+    let network = format!("{}/v1alpha1/replicas", sidecar.network_url);
+    let (status, reply) =
+        call(reqwest::Method::GET, &format!("{network}?namespace={ns}&coordinator=scaled-coordinator"), None).await;
+    assert_eq!((status, reply["data"]["collectors"].as_array().map(Vec::len)), (200, Some(2)), "{reply}");
+    let scale = json!({"namespace": ns, "coordinator": "scaled-coordinator", "collectors": {"replicas": 1}});
+    for method in [reqwest::Method::POST, reqwest::Method::DELETE] {
+        let (status, reply) = call(method, &network, Some(scale.clone())).await;
+        assert_eq!(status, 403, "{reply}");
+    }
+    let job: DIJob = s.jobs.get("scaled").await.unwrap();
+    assert_eq!(job.spec.collector_replicas(), 2, "nothing written from the network");
 }
 
 #[tokio::test]
@@ -271,10 +284,40 @@ async fn per_job_rbac_holds_a_coordinator_to_its_own_job() {
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_predecessors_coordinator_is_refused_the_job_submitted_again() {
-    let s = Scenario::new("replicas-predecessor").await;
+    predecessor_refused("replicas-predecessor", None).await;
+}
+
+/// The same with a coordinator whose template names its own ServiceAccount, which the account's
+/// own grants let patch any DIJob: the policy still refuses a token bound to the old pod, and the
+/// old pod's replica endpoint, made for the first job's UID, changes nothing.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_predecessors_coordinator_with_its_own_account_is_refused_the_job_submitted_again() {
+    predecessor_refused("replicas-predecessor-own", Some("trainer")).await;
+}
+
+async fn predecessor_refused(scenario: &str, account: Option<&str>) {
+    let s = Scenario::new(scenario).await;
     let admin = s.cluster.client.clone();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &s.ns);
-    s.submit("again", 0, 0, json!({})).await;
+    let mut extra = json!({});
+    if let Some(account) = account {
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &s.ns);
+        let sa = serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
+        accounts.create(&PostParams::default(), &sa).await.unwrap();
+        extra = json!({"coordinator": {"template": {"spec": {"serviceAccountName": account}}}});
+        // The account's own grant, beside the job's: patch any DIJob of the namespace (the job's
+        // Role is made only with its coordinator, after the old one is gone).
+        let role = json!({"metadata": {"name": account}, "rules": [{"apiGroups": ["diengine.opendilab.org"],
+            "resources": ["dijobs"], "verbs": ["get", "patch"]}]});
+        let binding = json!({"metadata": {"name": account}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role", "name": account}, "subjects": [{"kind": "ServiceAccount", "name": account}]});
+        let roles: Api<Role> = Api::namespaced(admin.clone(), &s.ns);
+        roles.create(&PostParams::default(), &serde_json::from_value(role).unwrap()).await.unwrap();
+        let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &s.ns);
+        bindings.create(&PostParams::default(), &serde_json::from_value(binding).unwrap()).await.unwrap();
+    }
+    s.submit("again", 0, 0, extra.clone()).await;
     s.wait_phase("again", Phase::Running).await;
     let hold = json!({"metadata": {"finalizers": ["e2e.diengine.opendilab.org/hold"]}});
     pods.patch("again-coordinator", &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
@@ -282,6 +325,13 @@ async fn a_predecessors_coordinator_is_refused_the_job_submitted_again() {
     let old_jobs: Api<DIJob> = Api::namespaced(old, &s.ns);
     let scale = json!({"spec": {"collector": {"replicas": 1}}});
     old_jobs.patch("again", &PatchParams::default(), &Patch::Merge(&scale)).await.expect("scales its own job");
+    let old_sidecar = Sidecar::start(&s.cluster, &s.ns, "again").await;
+    old_sidecar.until_ready().await;
+    // Its endpoint writes to its job once, and knows from then on that its pod is the coordinator.
+    let request = json!({"namespace": s.ns, "coordinator": "again-coordinator", "collectors": {"replicas": 1}});
+    let url = format!("{}/v1alpha1/replicas", old_sidecar.url);
+    let (status, reply) = call(reqwest::Method::POST, &url, Some(request.clone())).await;
+    assert_eq!(status, 200, "{reply}\n{}", old_sidecar.log());
 
     let first = s.jobs.get("again").await.unwrap().uid();
     s.jobs.delete("again", &DeleteParams::default()).await.unwrap();
@@ -295,12 +345,20 @@ async fn a_predecessors_coordinator_is_refused_the_job_submitted_again() {
     pods.delete_collection(&DeleteParams::default(), &old_ones).await.unwrap();
     let services: Api<Service> = Api::namespaced(admin.clone(), &s.ns);
     services.delete_collection(&DeleteParams::default(), &old_ones).await.unwrap();
-    s.submit("again", 0, 0, json!({})).await;
+    // And the job's own identity, which a coordinator of its own account also gets.
+    let none = DeleteParams::default();
+    Api::<ServiceAccount>::namespaced(admin.clone(), &s.ns).delete_collection(&none, &old_ones).await.unwrap();
+    Api::<Role>::namespaced(admin.clone(), &s.ns).delete_collection(&none, &old_ones).await.unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), &s.ns).delete_collection(&none, &old_ones).await.unwrap();
+    s.submit("again", 0, 0, extra).await;
     let refused = forbidden(
         old_jobs.patch("again", &PatchParams::default(), &Patch::Merge(&scale)).await,
         "the old coordinator scaling the new job",
     );
     assert!(refused.contains("is not the coordinator this DIJob runs now"), "not the policy's refusal: {refused}");
+    // The old pod's endpoint, as DI-engine's client asks it.
+    let (status, reply) = call(reqwest::Method::POST, &url, Some(request)).await;
+    assert_eq!(status, 410, "{reply}\n{}", old_sidecar.log());
     assert_eq!(s.jobs.get("again").await.unwrap().spec.collector_replicas(), 0, "the new job unchanged");
 
     let release = json!({"metadata": {"finalizers": null}});

@@ -37,6 +37,7 @@ pub async fn serve(job: DIJob, supervisor: mpsc::UnboundedSender<Request>) -> an
     let scope = Scope {
         namespace: job.metadata.namespace.clone().unwrap_or_default(),
         job: job.metadata.name.clone().unwrap_or_default(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
     };
     let state = Arc::new(Local { scope, job: Mutex::new(job), supervisor });
     let mut router = Router::new().route("/healthz", get(|| async { envelope::<()>(Ok((None, "ok".into()))) }));

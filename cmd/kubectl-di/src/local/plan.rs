@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
-use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, names};
+use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, coordinator_endpoint, names};
 use di_api::resources::{di_port, main_container_index};
 use di_api::{DIJob, JobRestartPolicy};
 use di_core::desired::{self, Settings};
@@ -231,7 +231,10 @@ fn grouped(warnings: Vec<(String, String)>) -> Vec<String> {
 
 /// A contract value with every cluster name replaced by its local address.
 fn localize(value: &str, addresses: &[(String, String)], endpoint_url: &str) -> String {
-    let mut value = value.replace(endpoint_url, &format!("127.0.0.1:{REPLICAS_PORT}"));
+    // The run's one endpoint takes the coordinator's writes too, at the same address.
+    let local_endpoint = format!("127.0.0.1:{REPLICAS_PORT}");
+    let mut value =
+        value.replace(endpoint_url, &local_endpoint).replace(&coordinator_endpoint().to_string(), &local_endpoint);
     // Longest first: a task FQDN `j-a-1...` must not be cut by `j-a-1` of another.
     let mut ordered: Vec<&(String, String)> = addresses.iter().collect();
     ordered.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));

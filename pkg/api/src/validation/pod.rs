@@ -1,13 +1,13 @@
-//! The checks of a role's pod template: its volumes, containers, ports, GPUs, and the sidecar's
-//! reserved name and port.
+//! The checks of a role's pod template: its volumes, containers, ports, GPUs, the sidecar's
+//! reserved name and ports, and what would open the coordinator's writes to others.
 
 use std::collections::{BTreeSet, HashSet};
 
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 
 use super::naming::{dns1123_label_problem, port_name_problem};
 use super::{Errors, check_volumes};
-use crate::contract::{GPU_RESOURCE, REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role};
+use crate::contract::{COORDINATOR_ENDPOINT_PORT, GPU_RESOURCE, REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role};
 use crate::resources::{parse_quantity, whole_number};
 
 /// Checks a role's pod template, or a task's (`role` is `None`). `job_volumes` are the volumes
@@ -61,6 +61,7 @@ pub(super) fn check_template(
 
     if role == Some(Role::Coordinator) {
         check_sidecar_reservations(path, spec.init_containers.as_deref().unwrap_or_default(), &spec.containers, errs);
+        check_coordinator_identity(path, spec, errs);
     }
 
     let mut names = HashSet::new();
@@ -105,13 +106,37 @@ fn check_sidecar_reservations(path: &str, init_containers: &[Container], contain
     }
     for (i, container) in containers.iter().enumerate() {
         for (j, port) in container.ports.iter().flatten().enumerate() {
-            if port.container_port == REPLICAS_PORT {
+            let port_number = port.container_port;
+            if port_number == REPLICAS_PORT || port_number == i32::from(COORDINATOR_ENDPOINT_PORT) {
                 errs.add(
                     format!("{path}.spec.containers[{i}].ports[{j}].containerPort"),
-                    format!("Invalid value: {REPLICAS_PORT}: the port is reserved for the replica endpoint sidecar in the coordinator's pod; pick another"),
+                    format!("Invalid value: {port_number}: the port is reserved for the replica endpoint sidecar in the coordinator's pod; pick another"),
                 );
             }
         }
+    }
+}
+
+/// What would let others than the coordinator's own containers change the job: the node's
+/// network, where the replica endpoint's address for writes would be on the node's loopback; and
+/// the namespace's `default` account, which the job's Role would then grant to every pod that
+/// names no account of its own.
+fn check_coordinator_identity(path: &str, spec: &PodSpec, errs: &mut Errors) {
+    if spec.host_network == Some(true) {
+        errs.add(
+            format!("{path}.spec.hostNetwork"),
+            "Forbidden: the coordinator's replica endpoint takes writes on a loopback address of its pod, which on \
+             the node's network every process of the node reaches; remove hostNetwork from the coordinator (its \
+             collectors and learners may keep it)",
+        );
+    }
+    if spec.service_account_name.as_deref() == Some("default") {
+        errs.add(
+            format!("{path}.spec.serviceAccountName"),
+            "Forbidden: \"default\": the job grants its coordinator's account the right to change the job, and every \
+             pod of the namespace that names no account runs as \"default\"; name an account of the coordinator's own, \
+             or leave it unset for the orchestrator's",
+        );
     }
 }
 

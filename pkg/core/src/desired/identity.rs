@@ -7,7 +7,9 @@
 //! status names the UID of the coordinator it runs now) and only what the endpoint changes: desired counts, learner GPUs and the replace annotation. A job then costs no RBAC
 //! write. Elsewhere, and for a coordinator whose template names its own ServiceAccount (the
 //! policy cannot tell that account's other pods apart), each job gets its own ServiceAccount,
-//! Role and RoleBinding (`rbac`).
+//! Role and RoleBinding (`rbac`); where the policy is in force it still refuses a token bound to
+//! a coordinator pod the job's status does not name, whatever its account, so a predecessor's
+//! coordinator never changes the job submitted again under its name.
 
 use di_api::DIJob;
 use di_api::contract::{GROUP, annotations, names};
@@ -82,12 +84,13 @@ fn unchanged_except(new: &str, old: &str, allowed: &[&str]) -> String {
     )
 }
 
-/// The policy holding the shared identity to its own job and to what the endpoint changes.
+/// The policy holding the shared identity to its own job and to what the endpoint changes, and
+/// any coordinator pod's token (whatever its account) to the job whose current coordinator it is.
 pub fn policy() -> ValidatingAdmissionPolicy {
     let coordinator_suffix = names::coordinator("");
     let validations = json!([
         {
-            "expression": format!("size(variables.pods) == 1 && variables.pods[0] == request.name + '{coordinator_suffix}'"),
+            "expression": format!("!variables.shared || (size(variables.pods) == 1 && variables.pods[0] == request.name + '{coordinator_suffix}')"),
             "messageExpression": format!(
                 "'only the coordinator pod ' + request.name + '{coordinator_suffix} of this DIJob may change it as {SHARED}, \
                  not ' + (size(variables.pods) == 0 ? 'a token bound to no pod' : 'pod ' + variables.pods[0])"
@@ -105,13 +108,13 @@ pub fn policy() -> ValidatingAdmissionPolicy {
             "reason": "Forbidden",
         },
         {
-            "expression": unchanged_except("variables.spec", "variables.oldSpec", &["collector", "learner"]),
+            "expression": format!("!variables.shared || ({})", unchanged_except("variables.spec", "variables.oldSpec", &["collector", "learner"])),
             "message": format!("{SHARED} may change only spec.collector.replicas, spec.learner.replicas and spec.learner.gpus"),
             "reason": "Forbidden",
         },
         {
             "expression": format!(
-                "{} && {}",
+                "!variables.shared || ({} && {})",
                 unchanged_except("variables.spec.?collector.orValue({})", "variables.oldSpec.?collector.orValue({})", &["replicas"]),
                 unchanged_except("variables.spec.?learner.orValue({})", "variables.oldSpec.?learner.orValue({})", &["replicas", "gpus"]),
             ),
@@ -120,7 +123,7 @@ pub fn policy() -> ValidatingAdmissionPolicy {
         },
         {
             "expression": format!(
-                "{} && {}",
+                "!variables.shared || ({} && {})",
                 unchanged_except(
                     "object.metadata.?annotations.orValue({})",
                     "oldObject.metadata.?annotations.orValue({})",
@@ -142,13 +145,19 @@ pub fn policy() -> ValidatingAdmissionPolicy {
                 "apiGroups": [GROUP], "apiVersions": ["*"], "operations": ["UPDATE"],
                 "resources": ["dijobs"], "scope": "Namespaced",
             }]},
-            // Only the shared identity: users, the orchestrator and per-job identities are
-            // untouched.
+            // The shared identity, and any token bound to a pod of the job's coordinator's name
+            // (a template's own account): users, the orchestrator and other pods are untouched.
+            // The shared identity is also held to what the endpoint changes; a template's own
+            // account keeps what its grants allow, but only while its pod is the current one.
             "matchConditions": [{
-                "name": "shared-replica-identity",
-                "expression": format!("request.userInfo.username == 'system:serviceaccount:' + request.namespace + ':{SHARED}'"),
+                "name": "replica-identity-or-coordinator-pod",
+                "expression": format!(
+                    "request.userInfo.username == 'system:serviceaccount:' + request.namespace + ':{SHARED}' || \
+                     request.userInfo.?extra[?'{POD_NAME}'].orValue([]) == [request.name + '{coordinator_suffix}']"
+                ),
             }],
             "variables": [
+                {"name": "shared", "expression": format!("request.userInfo.username == 'system:serviceaccount:' + request.namespace + ':{SHARED}'")},
                 {"name": "pods", "expression": format!("request.userInfo.?extra[?'{POD_NAME}'].orValue([])")},
                 {"name": "podUIDs", "expression": format!("request.userInfo.?extra[?'{POD_UID}'].orValue([])")},
                 {"name": "spec", "expression": "object.?spec.orValue({})"},

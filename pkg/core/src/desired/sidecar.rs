@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, env, names};
+use di_api::contract::{REPLICAS_CONTAINER_NAME, REPLICAS_PORT, Role, coordinator_endpoint, env, names};
 use di_api::resources::replica_port;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements,
@@ -26,9 +26,14 @@ pub const SIDECAR_USER: i64 = 65532;
 /// and ports) while a request waits for them, a few MiB at 1,000 collectors (`make bench`).
 pub const MEMORY_LIMIT_MIB: u32 = 64;
 
-/// `host:port` of the job's replica endpoint: the coordinator's Service, on the sidecar's port.
-pub(super) fn server_url(job: &str, namespace: &str) -> String {
-    names::url(&names::coordinator(job), namespace, REPLICAS_PORT)
+/// `host:port` of the job's replica endpoint for a pod of `role`: the coordinator's Service, on
+/// the sidecar's port, where the endpoint only reads; in the coordinator's own pod, the loopback
+/// address where it also writes (`di_replicas::access`).
+pub(super) fn server_url(job: &str, namespace: &str, role: Role) -> String {
+    match role {
+        Role::Coordinator => coordinator_endpoint().to_string(),
+        _ => names::url(&names::coordinator(job), namespace, REPLICAS_PORT),
+    }
 }
 
 /// GET /healthz on the endpoint's port.
@@ -50,7 +55,7 @@ impl Builder<'_> {
         let name = names::coordinator(&self.job);
         let url = names::url(&name, &self.namespace, replica_port(template, Role::Coordinator));
         let mut sidecar = self.sidecar();
-        inject_env(&mut sidecar, &self.common_env(&name));
+        inject_env(&mut sidecar, &self.common_env(&name, Role::Coordinator));
         let mut replica = self.replica(Role::Coordinator, None, name, template, vec![(env::COORDINATOR_URL, url)]);
         let spec = replica.pod.spec.as_mut().expect("built pods have a spec");
         // A non-root UID the pod chose (or none: the image's own, or the platform's) is kept for
@@ -83,10 +88,12 @@ impl Builder<'_> {
                 "replicas".into(),
                 format!("--namespace={}", self.namespace),
                 format!("--job={}", self.job),
+                format!("--job-uid={}", self.owner.uid),
                 format!("--port={REPLICAS_PORT}"),
+                format!("--coordinator-address={}", coordinator_endpoint()),
             ]),
             ports: Some(vec![container_port(REPLICAS_CONTAINER_NAME, REPLICAS_PORT)]),
-            env: Some(vec![from_field(env::POD_IP, "status.podIP"), from_field(env::POD_UID, "metadata.uid")]),
+            env: Some(vec![from_field(env::POD_UID, "metadata.uid")]),
             restart_policy: Some("Always".into()),
             // The coordinator's container starts once the endpoint answers: DI-engine calls it at once.
             startup_probe: Some(Probe { period_seconds: Some(1), failure_threshold: Some(60), ..healthz() }),

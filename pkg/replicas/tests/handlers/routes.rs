@@ -169,24 +169,45 @@ async fn bad_input_gets_the_error_envelope_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn writes_come_from_the_coordinators_pod_only() {
+async fn writes_come_from_the_coordinators_own_address_only() {
     let body = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": {"replicas": 1}}"#;
-    let (stranger, world) = setup([10, 9, 9, 9]);
-    let (s, r) = call(&stranger, "POST", "/v1alpha1/replicas", body).await;
-    assert_error(
-        s,
-        &r,
-        StatusCode::FORBIDDEN,
-        "only the coordinator's own pod may change the job's replicas, not 10.9.9.9",
-    );
+    let (network, world) = setup(NETWORK);
+    for (method, uri, body) in [
+        ("POST", "/v1alpha1/replicas", &body[..]),
+        ("DELETE", "/v1alpha2/replicas", &body[..]),
+        ("POST", "/v1alpha1/replicas/failed", REPORT),
+    ] {
+        let (s, r) = call(&network, method, uri, body).await;
+        assert_error(s, &r, StatusCode::FORBIDDEN, "changed by its coordinator's own containers, at 127.0.22.80:22281");
+    }
     // Reads are open to the job's pods (an aggregator asks for its learners).
-    let (s, _) = call(&stranger, "GET", "/v1alpha1/replicas?namespace=ns&coordinator=job-coordinator", b"").await;
+    let (s, _) = call(&network, "GET", "/v1alpha1/replicas?namespace=ns&coordinator=job-coordinator", b"").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(world.lock().unwrap().patches, 0);
-    // The pod's own address may write.
-    let (own, _) = setup([10, 1, 2, 3]);
+    let (own, _) = setup(LOCAL);
     let (s, r) = call(&own, "POST", "/v1alpha1/replicas", body).await;
     assert_eq!(s, StatusCode::OK, "{r}");
+}
+
+/// A job deleted and submitted again under its name is another job: its predecessor's
+/// coordinator, still terminating, changes nothing of it.
+#[tokio::test]
+async fn a_job_submitted_again_is_not_changed_by_its_predecessors_endpoint() {
+    for wrote_before in [false, true] {
+        let (app, world) = setup(LOCAL);
+        if wrote_before {
+            // The endpoint knows its pod is the coordinator, from a write to its own job.
+            let (s, r) = call(&app, "POST", "/v1alpha1/replicas", SCALE_UP).await;
+            assert_eq!(s, StatusCode::OK, "{r}");
+        }
+        let patches = world.lock().unwrap().patches;
+        world.lock().unwrap().job["metadata"]["uid"] = json!("the-new-job");
+        for (uri, body) in [("/v1alpha1/replicas", SCALE_UP), ("/v1alpha1/replicas/failed", REPORT)] {
+            let (s, r) = call(&app, "POST", uri, body).await;
+            assert_error(s, &r, StatusCode::GONE, "DIJob job of UID job-uid is gone");
+        }
+        assert_eq!(world.lock().unwrap().patches, patches, "nothing written to the new job");
+    }
 }
 
 #[tokio::test]
@@ -237,7 +258,7 @@ async fn arrays_and_huge_counts_are_refused() {
 
 #[tokio::test]
 async fn health() {
-    let (app, _) = setup([10, 9, 9, 9]);
+    let (app, _) = setup(NETWORK);
     let (status, reply) = call(&app, "GET", "/healthz", b"").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(reply, json!({"success": true, "code": 0, "message": "ok", "data": null}));

@@ -7,13 +7,12 @@
 //! log the tests await under tokio's paused clock.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, Response, StatusCode};
+use di_replicas::access::Access;
 use di_replicas::scale::Scope;
 use di_replicas::server::{Endpoint, router};
 use http_body_util::BodyExt;
@@ -124,7 +123,7 @@ pub fn container() -> Value {
 pub fn job_named(name: &str, learner: Value) -> Value {
     json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": name, "namespace": "ns", "uid": "job-uid", "resourceVersion": "1"},
+        "metadata": {"name": name, "namespace": "ns", "uid": JOB_UID, "resourceVersion": "1"},
         "spec": {
             "coordinator": {"template": {"spec": container()}},
             "collector": {"replicas": 2, "template": {"spec": container()}},
@@ -136,6 +135,8 @@ pub fn job_named(name: &str, learner: Value) -> Value {
 
 /// The endpoint's own pod, which the job's status names as its coordinator.
 pub const COORDINATOR_UID: &str = "coordinator-uid";
+/// The UID of the job the endpoint serves.
+pub const JOB_UID: &str = "job-uid";
 
 pub fn pod(name: &str, role: &str, index: Option<u32>, port: i32) -> Value {
     pod_of("job", name, role, index, &[("di-port", port)])
@@ -295,12 +296,12 @@ pub fn fake_api_server(world: Arc<Mutex<World>>) -> Client {
     Client::new(service, "default")
 }
 
-pub fn setup(peer: [u8; 4]) -> (axum::Router, Arc<Mutex<World>>) {
-    serve(job(), pods(), Duration::ZERO, peer)
+pub fn setup(access: Access) -> (axum::Router, Arc<Mutex<World>>) {
+    serve(job(), pods(), Duration::ZERO, access)
 }
 
 /// The endpoint of `job`'s sidecar, in front of a fake API server holding `job` and `pods`.
-pub fn serve(job: Value, pods: Vec<Value>, wait: Duration, peer: [u8; 4]) -> (axum::Router, Arc<Mutex<World>>) {
+pub fn serve(job: Value, pods: Vec<Value>, wait: Duration, access: Access) -> (axum::Router, Arc<Mutex<World>>) {
     let name = job["metadata"]["name"].as_str().unwrap().to_owned();
     let seen = watch::Sender::new(vec![]);
     let world = Arc::new(Mutex::new(World {
@@ -314,10 +315,9 @@ pub fn serve(job: Value, pods: Vec<Value>, wait: Duration, peer: [u8; 4]) -> (ax
         ignored: vec![],
         seen,
     }));
-    let scope = Scope { namespace: "ns".into(), job: name };
-    let own = vec!["10.1.2.3".parse().unwrap()];
-    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, own, wait, COORDINATOR_UID.into());
-    let app = router(endpoint).layer(MockConnectInfo(SocketAddr::from((peer, 40000))));
+    let scope = Scope { namespace: "ns".into(), job: name, uid: JOB_UID.into() };
+    let endpoint = Endpoint::new(fake_api_server(world.clone()), scope, wait, COORDINATOR_UID.into());
+    let app = router(endpoint, access);
     (app, world)
 }
 
@@ -343,8 +343,10 @@ pub fn assert_error(status: StatusCode, reply: &Value, want: StatusCode, message
     assert!(reply["message"].as_str().unwrap().contains(message), "{:?} lacks {message:?}", reply["message"]);
 }
 
-/// A peer on loopback: the coordinator's own pod.
-pub const LOCAL: [u8; 4] = [127, 0, 0, 1];
+/// The coordinator's own listener.
+pub const LOCAL: Access = Access::Coordinator;
+/// The pod's network.
+pub const NETWORK: Access = Access::Network;
 
 /// Requests as DI-engine sends them: one collector more, one fewer, one reported failed.
 pub const SCALE_UP: &[u8] = br#"{"namespace": "ns", "coordinator": "job-coordinator", "collectors": {"replicas": 1}}"#;
