@@ -5,7 +5,7 @@
 //! GPUs are fixed while it exists), and a pass that creates nothing costs no request. A logic
 //! learner scaled away takes its PodGroup with it; the rest go with the job, which owns them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use di_api::DIJob;
 use di_api::contract::{Role, names};
@@ -15,11 +15,21 @@ use crate::decision::{Action, Why};
 use crate::desired::gang::{self, Backend, Gang};
 use crate::desired::{BuildError, Settings, owner_reference};
 
-/// Joins the created pods of `gangs` to them and puts their PodGroups' applies first.
-pub fn attach(job: &DIJob, gangs: &[Gang], settings: &Settings, actions: &mut Vec<Action>) -> Result<(), BuildError> {
+/// Joins the created pods of `gangs` to them and puts their PodGroups' applies first. A gang
+/// counts on none of the pods in `held` (those a queue's admission has no room for, which are not
+/// created while it lasts): its minimum is at most the pods that may run.
+pub fn attach(
+    job: &DIJob,
+    gangs: &[Gang],
+    held: &BTreeSet<String>,
+    settings: &Settings,
+    actions: &mut Vec<Action>,
+) -> Result<(), BuildError> {
     if settings.gang == Backend::None {
         return Ok(());
     }
+    let gangs: Vec<Gang> = gangs.iter().map(|g| within(g, held)).collect();
+    let gangs = &gangs[..];
     let gang_of: BTreeMap<&str, &Gang> =
         gangs.iter().flat_map(|g| g.pods.iter().map(move |p| (p.as_str(), g))).collect();
     let mut needed: BTreeMap<String, &Gang> = BTreeMap::new();
@@ -57,4 +67,10 @@ pub fn attach(job: &DIJob, gangs: &[Gang], settings: &Settings, actions: &mut Ve
     actions.splice(0..0, first);
     actions.extend(scaled_away);
     Ok(())
+}
+
+/// `gang` with a minimum of at most its pods that may run, none of `held` among them.
+fn within(gang: &Gang, held: &BTreeSet<String>) -> Gang {
+    let may_run = gang.pods.iter().filter(|p| !held.contains(*p)).count() as u32;
+    Gang { min_count: gang.min_count.min(may_run), ..gang.clone() }
 }

@@ -59,6 +59,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         None => phase_reason(phase, coordinator),
     };
 
+    let mut gangs = vec![];
     if phase.is_finished() {
         actions.extend(cleanup(job, world));
         if !previous.is_some_and(Phase::is_finished) && !identity::uses_shared(job, settings.identity) {
@@ -196,15 +197,14 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_service(service));
             }
         }
-        if settings.gang != desired::gang::Backend::None {
-            crate::gangs::attach(job, &desired::gang::role_gangs(job, &wanted), settings, &mut actions)?;
-        }
+        gangs = desired::gang::role_gangs(job, &wanted);
     }
 
     facts.restarts = services.values().map(|s| restarts_of(s)).sum();
     let status = status::compute(job, &world.pods, &facts, world.now);
     let mut plan = Plan { status, actions, requeue_after: requeue };
-    crate::queue::attach(job, world, world.aggregator_config, settings, &mut plan)?;
+    let held = crate::queue::attach(job, world, world.aggregator_config, settings, &mut plan)?;
+    crate::gangs::attach(job, &gangs, &held, settings, &mut plan.actions)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

@@ -7,6 +7,8 @@
 //! evicts the job, deletes its pods and then gives the admission back so the job waits again.
 //! Pure: the Workload and the ResourceFlavors are read by the caller.
 
+use std::collections::BTreeSet;
+
 use di_api::contract::kueue::QUEUED;
 use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::Pod;
@@ -23,7 +25,7 @@ mod workload;
 
 pub use crate::decision::Queue;
 pub use admitted::Room;
-use admitted::{beyond_admission, reclaimable_pods, rooms};
+use admitted::{beyond_admission, reclaimable_pods, rooms, without_room};
 pub use report::{Report, report};
 use workload::{API_VERSION, place, pod_sets, wanted_pods};
 pub use workload::{workload, workload_name};
@@ -202,21 +204,23 @@ fn metadata(workload: &Value, name: &str) -> String {
 
 /// After a planner decided a pass of a job in a queue: the Workload made if there is none yet,
 /// the pods it creates placed as admitted, and what Kueue must know of the job written to the
-/// Workload's status.
+/// Workload's status. Answers the pods the admission has no room for (none outside a queue),
+/// which no gang may count on.
 pub fn attach(
     job: &DIJob,
     world: &World,
     aggregator: Option<&di_api::AggregatorConfig>,
     settings: &Settings,
     plan: &mut Plan,
-) -> Result<(), BuildError> {
-    let Some(queue @ Queue::Kueue { workload, flavors, priority }) = &world.queue else { return Ok(()) };
+) -> Result<BTreeSet<String>, BuildError> {
+    let mut held = BTreeSet::new();
+    let Some(queue @ Queue::Kueue { workload, flavors, priority }) = &world.queue else { return Ok(held) };
     let Some(name) = queue_name(job) else {
         // A Workload left from when the job was in a queue: it goes, with what it waits for.
         if let Some(workload) = workload {
             plan.actions.push(delete_workload(workload));
         }
-        return Ok(());
+        return Ok(held);
     };
     let finished = plan.status.phase.filter(|p| p.is_finished());
     let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
@@ -227,7 +231,7 @@ pub fn attach(
     };
     let Some(workload) = workload else {
         if finished.is_some() {
-            return Ok(());
+            return Ok(held);
         }
         if let Some(config) = &world.missing_aggregator_config {
             // Its learners cannot be built yet: a Workload without them would be admitted short.
@@ -248,13 +252,14 @@ pub fn attach(
             let made = workload::made_of(job, name, priority.as_ref(), &sets, settings)?;
             plan.actions.insert(0, Action::CreateWorkload(Box::new(made)));
         }
-        return Ok(());
+        return Ok(held);
     };
     let (mut reclaimable, mut held_back) = (None, 0);
     match standing(name, queue) {
         Standing::Admitted { .. } => {
             let rooms = rooms(workload, &sets, &world.pods, !job.spec.is_task_job());
-            let over = beyond_admission(&rooms, &sets, &world.pods, &mut plan.actions);
+            held = without_room(&rooms, &sets, &world.pods);
+            let over = beyond_admission(&held, &mut plan.actions);
             held_back = admitted::over(&rooms, &sets, &world.pods).iter().map(|(_, n)| n).sum();
             // Without its AggregatorConfig the learners are not built, though their pods run:
             // their podSets would read as given back, for good.
@@ -283,7 +288,7 @@ pub fn attach(
                 .collect();
             if asked != made || workload["spec"]["queueName"] != name {
                 plan.actions.push(delete_workload(workload));
-                return Ok(());
+                return Ok(held);
             }
         }
         Standing::Held { .. } => {}
@@ -317,5 +322,5 @@ pub fn attach(
         written["status"] = reported;
         plan.actions.push(Action::WriteWorkloadStatus(Box::new(written)));
     }
-    Ok(())
+    Ok(held)
 }

@@ -149,9 +149,6 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
         }
     }
 
-    if settings.gang != desired::gang::Backend::None {
-        crate::gangs::attach(job, &desired::gang::task_gangs(job), settings, &mut actions)?;
-    }
     let (phase, (reason, message)) = match reason {
         Some(reason) => (phase, reason),
         None => {
@@ -165,7 +162,8 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     facts.restarts = restarts;
     let status = status::compute(job, &world.pods, &facts, world.now);
     let mut plan = Plan { status, actions, requeue_after: requeue };
-    crate::queue::attach(job, world, None, settings, &mut plan)?;
+    let held = crate::queue::attach(job, world, None, settings, &mut plan)?;
+    crate::gangs::attach(job, &desired::gang::task_gangs(job), &held, settings, &mut plan.actions)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

@@ -8,6 +8,7 @@ use di_api::DIJob;
 use di_core::desired::gang::{self, Backend, COSCHEDULING_LABEL, Gang, VOLCANO_ANNOTATION};
 use di_core::desired::{self, Settings, owner_reference};
 use di_core::plan::{Action, Plan, plan};
+use di_core::queue::{QUEUE_LABEL, Queue, workload};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::ResourceExt;
@@ -198,6 +199,55 @@ fn a_task_jobs_pods_all_join_its_gang() {
     for i in 0..3 {
         assert_eq!(pod_group_of(&plan.actions, &format!("mesh-learner-{i}")).as_deref(), Some("mesh"));
     }
+}
+
+/// A queued task job admitted for 3 pods, scaled to 2 (one pod's room given back to the queue, for
+/// as long as the admission lasts) and back to 3: its pods are made anew at the new size and 2 of
+/// them have room. The gang counts on those 2, not on the third, which waits for the job to be
+/// admitted again: a gang of 3 would never be placed.
+#[test]
+fn a_gang_counts_only_on_the_pods_its_queue_admitted_room_for() {
+    let task_job = |replicas: u32| {
+        let mut job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+            "metadata": {"name": "mesh", "namespace": "ns", "uid": "u", "labels": {QUEUE_LABEL: "team"}},
+            "spec": {"tasks": [{"name": "learner", "type": "learner", "replicas": replicas,
+                "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}]},
+        }))
+        .unwrap();
+        di_api::defaults::default_dijob(&mut job);
+        job
+    };
+    let settings = Settings { gang: Backend::Native, ..Settings::default() };
+    let mut admitted = workload(&task_job(3), "team", None, None, &settings).unwrap();
+    let set = admitted["spec"]["podSets"][0]["name"].clone();
+    admitted["metadata"]["resourceVersion"] = json!("7");
+    admitted["status"] = json!({
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+        ],
+        "admission": {"clusterQueue": "gpus", "podSetAssignments": [{"name": set, "count": 3}]},
+        "reclaimablePods": [{"name": set, "count": 1}],
+    });
+    let mut world = common::world(&[], &[], common::now());
+    world.queue = Some(Queue::Kueue { workload: Some(admitted), flavors: Default::default(), priority: None });
+    let queued = plan(&task_job(3), &world, &settings, common::BACKOFF).unwrap();
+    let created: Vec<String> = queued
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreatePod(pod) => Some(pod.name_any()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(created, ["mesh-learner-0", "mesh-learner-1"], "{:?}", queued.actions);
+    assert_eq!(applied(&queued.actions), [("mesh".to_string(), 2)]);
+
+    // Outside a queue the gang is the whole job.
+    world.queue = None;
+    let free = plan(&task_job(3), &world, &settings, common::BACKOFF).unwrap();
+    assert_eq!(applied(&free.actions), [("mesh".to_string(), 3)]);
 }
 
 #[test]

@@ -93,26 +93,29 @@ pub(super) fn over(rooms: &[Room], sets: &[PodSet], pods: &[&Pod]) -> Vec<(Strin
         .collect()
 }
 
-/// Keeps the pods there is no room for from being created: in each podSet, the pods that exist
-/// and have not succeeded take room first, then the creates in the order of the podSet's
-/// members; a podSet Kueue never saw has none. How many creates were held back.
-pub(super) fn beyond_admission(rooms: &[Room], sets: &[PodSet], pods: &[&Pod], actions: &mut Vec<Action>) -> usize {
+/// The members there is no room for: in each podSet, the pods that exist and have not succeeded
+/// take room first, then the others in the order of the podSet's members; a podSet Kueue never
+/// saw has none. These pods are not created while this admission lasts, and a gang counts on
+/// none of them.
+pub(super) fn without_room(rooms: &[Room], sets: &[PodSet], pods: &[&Pod]) -> BTreeSet<String> {
     let live: BTreeSet<String> = pods.iter().filter(|p| pod_phase(p) != "Succeeded").map(|p| p.name_any()).collect();
-    let creates: BTreeSet<String> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::CreatePod(pod) => Some(pod.name_any()),
-            _ => None,
-        })
-        .collect();
-    let mut held: BTreeSet<&str> = BTreeSet::new();
+    let succeeded: BTreeSet<String> =
+        pods.iter().filter(|p| pod_phase(p) == "Succeeded").map(|p| p.name_any()).collect();
+    let mut held = BTreeSet::new();
     for set in sets {
         let open = rooms.iter().find(|r| r.name == set.name).map_or(0, Room::open);
         let taken = set.members.iter().filter(|m| live.contains(*m)).count() as u64;
         let room = open.saturating_sub(taken) as usize;
-        held.extend(set.members.iter().filter(|m| creates.contains(*m)).skip(room).map(String::as_str));
+        let waiting = set.members.iter().filter(|m| !live.contains(*m) && !succeeded.contains(*m));
+        held.extend(waiting.skip(room).cloned());
     }
+    held
+}
+
+/// Keeps the pods there is no room for ([`without_room`]) from being created; how many creates
+/// were held back.
+pub(super) fn beyond_admission(held: &BTreeSet<String>, actions: &mut Vec<Action>) -> usize {
     let before = actions.len();
-    actions.retain(|a| !matches!(a, Action::CreatePod(pod) if held.contains(pod.name_any().as_str())));
+    actions.retain(|a| !matches!(a, Action::CreatePod(pod) if held.contains(&pod.name_any())));
     before - actions.len()
 }
