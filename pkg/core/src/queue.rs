@@ -21,6 +21,7 @@ use crate::desired::{BuildError, Settings};
 
 mod admitted;
 mod report;
+pub mod topology;
 mod workload;
 
 pub use crate::decision::Queue;

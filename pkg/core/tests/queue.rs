@@ -340,3 +340,34 @@ fn an_admission_checks_pod_set_updates_are_on_the_pods() {
         assert_eq!(tolerates, collector, "{}", pod.name_any());
     }
 }
+
+/// Topology-aware scheduling: a template's annotation asks for a domain in the Workload, and the
+/// pods of a podSet Kueue admitted with a `topologyAssignment` are created gated and marked, so
+/// that Kueue's topology ungater puts each in its domain; a podSet admitted without one is not.
+#[test]
+fn a_topology_assignment_gates_its_pods_for_kueue_to_place() {
+    let mut job = queued_job(2);
+    let rack = json!({"kueue.x-k8s.io/podset-required-topology": "cloud.example/rack"});
+    let template = &mut job.spec.collector.as_mut().unwrap().template;
+    template.metadata.get_or_insert_default().annotations = serde_json::from_value(rack).unwrap();
+    let made = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    let sets = made["spec"]["podSets"].as_array().unwrap();
+    let request = |name: &str| sets.iter().find(|s| s["name"] == name).unwrap()["topologyRequest"].clone();
+    assert_eq!(request("collector"), json!({"required": "cloud.example/rack"}));
+    assert_eq!(request("coordinator"), Value::Null);
+
+    let mut w = admitted(&job);
+    w["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = json!({"levels": ["cloud.example/rack"], "slices": [{"domainCount": 1, "valuesPerLevel": [{"universal": "r1"}], "podCounts": {"universal": 2}}]});
+    let plan = decide_in(&job, &[], &[], kueue(Some(w)));
+    let pods = created_pods(&plan);
+    assert_eq!(pods.len(), 4);
+    for pod in pods {
+        let collector = pod.name_any().contains("collector");
+        let gates = pod.spec.as_ref().unwrap().scheduling_gates.clone().unwrap_or_default();
+        assert_eq!(gates.iter().any(|g| g.name == "kueue.x-k8s.io/topology"), collector, "{}", pod.name_any());
+        let marked = pod.annotations().get("kueue.x-k8s.io/workload").cloned();
+        assert_eq!(marked, collector.then(|| workload_name(&job)), "{}", pod.name_any());
+        let set = pod.labels().get("kueue.x-k8s.io/podset").map(String::as_str);
+        assert_eq!(set, collector.then_some("collector"), "{}", pod.name_any());
+    }
+}

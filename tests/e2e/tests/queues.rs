@@ -252,6 +252,100 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     kueue.stop().await;
 }
 
+/// The rack label of the topology scenario's nodes.
+const RACK_LABEL: &str = "di-e2e/rack";
+
+/// Kueue's topology-aware scheduling: the collectors ask to share a rack, and Kueue admits the
+/// job with a topology assignment. Its pods are created gated; Kueue's own ungater puts each in
+/// its domain and lifts the gate; the collectors run in one rack, the job runs.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_topology_assignment_places_the_pods_in_their_domains() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "topology", &[])).await;
+    let client = s.cluster.client.clone();
+    // Two racks of one node each on simulated nodes; on kind, its node is rack a.
+    let mut racks: Vec<(String, &str)> = vec![];
+    if real_nodes() {
+        let node = flavor_node(&client, &s.ns).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let patch = json!({"metadata": {"labels": {RACK_LABEL: "a"}}});
+        nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        racks.push((node, "a"));
+    } else {
+        for rack in ["a", "b"] {
+            let mut node = NodeShape {
+                name: format!("rack-{rack}-node"),
+                cpu: "8".into(),
+                memory: "64Gi".into(),
+                ..NodeShape::default()
+            };
+            node.labels.insert(FLAVOR_LABEL.into(), s.ns.clone());
+            node.labels.insert(RACK_LABEL.into(), rack.into());
+            capacity::register(&client, &node).await.unwrap();
+            racks.push((node.name, rack));
+        }
+    }
+    let labels = json!({FLAVOR_LABEL: s.ns});
+    let levels = [RACK_LABEL, "kubernetes.io/hostname"];
+    let queue =
+        TestQueue::topology(&client, &s.ns, "team-queue", &[("cpu", "1"), ("memory", "100Gi")], labels, &levels).await;
+    let mut container = s.nodes.container();
+    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
+    let mut pod = s.nodes.pod_spec();
+    pod["containers"] = json!([container]);
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "racked", "labels": {QUEUE_LABEL: "team-queue"}},
+        "spec": {
+            "coordinator": {"template": {"spec": pod}},
+            "collector": {"replicas": 2, "template": {
+                "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": RACK_LABEL}}, "spec": pod}},
+        },
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+    s.wait_phase("racked", Phase::Running).await;
+
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
+    let workload = workloads.list(&ListParams::default()).await.unwrap().items.remove(0);
+    let sets = workload.data["spec"]["podSets"].as_array().unwrap().clone();
+    let collectors = sets.iter().find(|p| p["name"] == "collector").unwrap();
+    assert_eq!(collectors["topologyRequest"]["required"], RACK_LABEL, "{collectors}");
+    let assignments = workload.data["status"]["admission"]["podSetAssignments"].as_array().unwrap().clone();
+    assert!(assignments.iter().all(|a| !a["topologyAssignment"].is_null()), "{assignments:?}");
+
+    let params = ListParams::default().labels(&format!("{}=racked", di_api::contract::labels::JOB_NAME));
+    let pods = s.pods.list(&params).await.unwrap().items;
+    assert_eq!(pods.len(), 3);
+    let rack_of = |node: &str| racks.iter().find(|(n, _)| n == node).map(|(_, r)| *r);
+    let mut collector_racks = vec![];
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(spec.scheduling_gates.as_ref().is_none_or(Vec::is_empty), "{}: still gated", pod.name_any());
+        assert_eq!(pod.annotations().get("kueue.x-k8s.io/workload"), Some(&workload.name_any()));
+        let node = spec.node_name.as_deref().unwrap_or_default();
+        let rack =
+            rack_of(node).unwrap_or_else(|| panic!("{} runs on {node:?}, in no rack of the flavor", pod.name_any()));
+        if pod.name_any().contains("collector") {
+            collector_racks.push(rack);
+        }
+    }
+    assert_eq!(collector_racks.len(), 2);
+    assert_eq!(collector_racks[0], collector_racks[1], "the collectors share a rack");
+
+    if real_nodes() {
+        for (node, _) in &racks {
+            let nodes: Api<Node> = Api::all(client.clone());
+            let patch = json!({"metadata": {"labels": {RACK_LABEL: null, FLAVOR_LABEL: null}}});
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    }
+    drop(s);
+    queue.delete().await;
+    kueue.stop().await;
+}
+
 #[tokio::test]
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn an_orchestrator_killed_during_admission_makes_one_workload_and_leaves_nothing() {

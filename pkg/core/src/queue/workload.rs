@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
+use super::topology;
 use crate::decision::Action;
 use crate::desired::{self, BuildError, Settings, job_labels};
 
@@ -105,8 +106,17 @@ pub(super) fn made_of(
     let owner = desired::owner_reference(job, &settings.owner_version)?;
     let mut labels = job_labels(&job.name_any(), None);
     labels.insert(JOB_UID_LABEL.into(), job.uid().unwrap_or_default());
-    let pod_sets: Vec<Value> =
-        sets.iter().map(|s| json!({"name": s.name, "count": s.members.len(), "template": s.template})).collect();
+    let pod_sets: Vec<Value> = sets
+        .iter()
+        .map(|s| {
+            let mut set = json!({"name": s.name, "count": s.members.len(), "template": s.template});
+            let annotations = serde_json::from_value(s.template["metadata"]["annotations"].clone()).unwrap_or_default();
+            if let Some(request) = topology::request(&annotations) {
+                set["topologyRequest"] = request;
+            }
+            set
+        })
+        .collect();
     // A job suspended from the start, or made anew while suspended, waits for no quota.
     let mut spec = json!({"queueName": queue, "podSets": pod_sets, "active": !job.spec.is_suspended()});
     if let Some((class, value)) = priority {
@@ -169,8 +179,9 @@ fn add_tolerations(spec: &mut PodSpec, tolerations: &Value) {
 }
 
 /// Puts each created pod where its podSet (of `sets`) was admitted: the node labels and
-/// tolerations of the flavors Kueue assigned it, and what its admission checks' `podSetUpdates`
-/// ask (a ProvisioningRequest's node selector, ...).
+/// tolerations of the flavors Kueue assigned it, what its admission checks' `podSetUpdates` ask
+/// (a ProvisioningRequest's node selector, ...), and, where Kueue assigned topology domains, the
+/// gate and marks by which Kueue places it in its domain (`topology`).
 pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String, Value>, actions: &mut [Action]) {
     let set_of: BTreeMap<&str, &str> =
         sets.iter().flat_map(|s| s.members.iter().map(move |m| (m.as_str(), s.name.as_str()))).collect();
@@ -186,6 +197,9 @@ pub(super) fn place(sets: &[PodSet], workload: &Value, flavors: &BTreeMap<String
             apply_update(pod, update);
         }
         let Some(assignment) = assignments.iter().find(|a| a["name"] == *set) else { continue };
+        if topology::assigned(assignment) {
+            topology::gate(pod, workload["metadata"]["name"].as_str().unwrap_or_default(), set);
+        }
         let names = assignment["flavors"].as_object().map(|f| f.values().filter_map(Value::as_str).collect::<Vec<_>>());
         let spec = pod.spec.get_or_insert_default();
         for flavor in names.unwrap_or_default().into_iter().filter_map(|n| flavors.get(n)) {

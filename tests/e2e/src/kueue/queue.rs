@@ -33,14 +33,47 @@ impl TestQueue {
         quota: &[(&str, &str)],
         node_labels: serde_json::Value,
     ) -> TestQueue {
+        Self::make(client, ns, local, quota, node_labels, &[]).await
+    }
+
+    /// As [`TestQueue::flavored`], its flavor placing pods by topology (Kueue's TAS): a Topology
+    /// of the scenario's name whose levels are the node labels `levels`, broadest first.
+    pub async fn topology(
+        client: &Client,
+        ns: &str,
+        local: &str,
+        quota: &[(&str, &str)],
+        node_labels: serde_json::Value,
+        levels: &[&str],
+    ) -> TestQueue {
+        Self::make(client, ns, local, quota, node_labels, levels).await
+    }
+
+    async fn make(
+        client: &Client,
+        ns: &str,
+        local: &str,
+        quota: &[(&str, &str)],
+        node_labels: serde_json::Value,
+        levels: &[&str],
+    ) -> TestQueue {
         let queue = TestQueue { client: client.clone(), name: ns.to_owned() };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let managed = json!({"metadata": {"labels": {MANAGED_NAMESPACES.0: MANAGED_NAMESPACES.1}}});
         namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&managed)).await.expect("labelling the namespace");
-        let flavor = json!({
+        let mut flavor = json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": queue.name},
             "spec": {"nodeLabels": node_labels},
         });
+        if !levels.is_empty() {
+            let levels: Vec<_> = levels.iter().map(|l| json!({"nodeLabel": l})).collect();
+            let topology = json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": queue.name},
+                "spec": {"levels": levels},
+            });
+            queue.create_object("Topology", "topologies", None, topology).await;
+            flavor["spec"]["topologyName"] = json!(queue.name);
+        }
         queue.create_object("ResourceFlavor", "resourceflavors", None, flavor).await;
         let resources: Vec<_> = quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect();
         let cluster_queue = json!({
@@ -82,10 +115,13 @@ impl TestQueue {
         &self.name
     }
 
-    /// Deletes the ClusterQueue and the ResourceFlavor (the LocalQueue goes with the namespace).
+    /// Deletes the ClusterQueue, the ResourceFlavor and any Topology (the LocalQueue goes with the
+    /// namespace).
     /// Not waited for: Kueue keeps each until nothing uses it.
     pub async fn delete(self) {
-        for (kind, plural) in [("ClusterQueue", "clusterqueues"), ("ResourceFlavor", "resourceflavors")] {
+        let kinds =
+            [("ClusterQueue", "clusterqueues"), ("ResourceFlavor", "resourceflavors"), ("Topology", "topologies")];
+        for (kind, plural) in kinds {
             match self.api(kind, plural, None).delete(&self.name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(e) if is_status(&e, 404) => {}
