@@ -167,10 +167,17 @@ async fn act(
         confirm_current(ctx, job).await?;
     }
 
-    let deferred = if finishing {
+    // So is an admission (a change of the Queued condition, written at once): see
+    // `admitted_now`. Its status describes the world before its pods, which follows soon.
+    let deferred = if finishing || admitted_now(job, &plan) {
         let deferred = record_status(ctx, job, &plan.status).await?;
-        execute(ctx, job, &plan.actions).await?;
-        deferred
+        let created = execute(ctx, job, &plan.actions).await?;
+        if created {
+            ctx.pacer.created(&uid);
+            Some(ctx.pacer.period.max(Duration::from_secs(1)))
+        } else {
+            deferred
+        }
     } else {
         let created = execute(ctx, job, &plan.actions).await?;
         if created {
@@ -278,6 +285,18 @@ fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action])
         held.extend(holder.map(|h| (name, h)));
     }
     held
+}
+
+/// Whether the plan creates the first pods of a job its queue has just admitted, while the job's
+/// status still says it waits (`Queued=True`). The webhook lets a waiting job leave its queue, so
+/// the status says admitted before any pod exists: a job with pods is never taken out of its
+/// queue on the word of a status that was true only before them.
+fn admitted_now(job: &DIJob, plan: &Plan) -> bool {
+    use di_api::contract::kueue::QUEUED;
+    let waits =
+        |conditions: &[di_api::DIJobCondition]| conditions.iter().any(|c| c.type_ == QUEUED && c.status == "True");
+    let waited = job.status.as_ref().is_some_and(|s| waits(&s.conditions));
+    waited && !waits(&plan.status.conditions) && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(_)))
 }
 
 /// Whether the plan creates a coordinator for a job that has had one: its status says so.

@@ -306,6 +306,9 @@ mod record;
 #[path = "failure_tests.rs"]
 mod failure;
 
+#[path = "queue_tests.rs"]
+mod queue;
+
 /// A hundred passes run at once, each its future: kept to kilobytes by what it holds on the heap
 /// (the job, a refusal's future). Inline, they made it 30 KiB (`docs/PERFORMANCE.md`, 56a7c6e).
 #[tokio::test]
