@@ -193,6 +193,24 @@ pub struct CollectorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
+
+    /// In a Kueue queue: how many collectors run with the job's core (the coordinator and the
+    /// learners) and are never preempted apart from it. Each collector above it is a Workload of
+    /// its own, admitted when its queue has room (borrowing its cohort's idle quota), preempted
+    /// on its own when the quota is reclaimed, and run again when readmitted; its priority is
+    /// one below the job's. Unset: every collector is in the core, as without it. Fixed once the
+    /// job exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
+    pub min_replicas: Option<i32>,
+}
+
+impl CollectorSpec {
+    /// The collectors in the job's core when the job is queued: all of them, without
+    /// `minReplicas`.
+    pub fn core_collectors(&self) -> Option<u32> {
+        self.min_replicas.map(|m| m.max(0) as u32)
+    }
 }
 
 /// The logic learner role.

@@ -121,6 +121,7 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
     }
     if let Some(collector) = &spec.collector {
         check_replicas("spec.collector.replicas", collector.replicas, errs);
+        check_replicas("spec.collector.minReplicas", collector.min_replicas, errs);
     }
     if let Some(learner) = &spec.learner {
         check_replicas("spec.learner.replicas", learner.replicas, errs);
@@ -143,6 +144,14 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
 pub fn warnings(job: &DIJob) -> Vec<String> {
     let spec = &job.spec;
     let mut said = vec![];
+    let queued = job.metadata.labels.as_ref().is_some_and(|l| l.contains_key(crate::contract::kueue::QUEUE_NAME));
+    if spec.collector.as_ref().is_some_and(|c| c.min_replicas.is_some()) && !queued {
+        said.push(format!(
+            "spec.collector.minReplicas: acts only in a Kueue queue (label {}), where collectors above it are \
+             preempted and readmitted on their own; without one every collector runs with the job",
+            crate::contract::kueue::QUEUE_NAME
+        ));
+    }
     if spec.restart_limit.is_some() {
         // A failed pod is what restartLimit counts; a pod that restarts its containers in place
         // never fails, so its replacements, and the limit, never come.
@@ -193,6 +202,15 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
         );
     }
     check_queue_update(&old, &new, &mut errs);
+    let core_collectors = |spec: &crate::DIJobSpec| spec.collector.as_ref().and_then(|c| c.min_replicas);
+    if core_collectors(o) != core_collectors(n) {
+        errs.add(
+            "spec.collector.minReplicas",
+            format!(
+                "Forbidden: which collectors run in the job's core is fixed when its Workloads are made; {RECREATE}"
+            ),
+        );
+    }
     if o.volumes != n.volumes {
         errs.add("spec.volumes", format!("Forbidden: volumes are immutable, running pods mount them; {RECREATE}"));
     }

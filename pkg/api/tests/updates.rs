@@ -112,3 +112,20 @@ fn a_template_kept_as_it_was_is_not_checked_again() {
     assert!(got.iter().any(|e| e.starts_with("spec.coordinator.template.spec.hostNetwork: Forbidden")), "{got:#?}");
     assert!(got.iter().any(|e| e.starts_with("spec.coordinator.template: Forbidden")), "{got:#?}");
 }
+
+/// Which collectors run in a queued job's core is fixed with its Workloads; `minReplicas` without
+/// a queue is accepted with a warning that it does nothing there.
+#[test]
+fn min_replicas_is_fixed_and_said_to_need_a_queue() {
+    let mut old = valid_job();
+    old.spec.collector.as_mut().unwrap().min_replicas = Some(1);
+    let mut new = old.clone();
+    new.spec.collector.as_mut().unwrap().min_replicas = Some(2);
+    let got = update_errors(old.clone(), new);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(got[0].starts_with("spec.collector.minReplicas: Forbidden"), "{got:#?}");
+    let said = di_api::validation::warnings(&old);
+    assert!(said.iter().any(|w| w.starts_with("spec.collector.minReplicas: acts only in a Kueue queue")), "{said:?}");
+    old.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());
+    assert!(di_api::validation::warnings(&old).is_empty());
+}

@@ -287,6 +287,7 @@ fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
         (Why::Rebuilt, "Rebuilt"),
         (Why::JobRestart, "JobRestarted"),
         (Why::Disrupted, "Disrupted"),
+        (Why::Reclaimed, "Reclaimed"),
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {

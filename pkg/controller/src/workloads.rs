@@ -125,14 +125,35 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
         .filter(|w| w.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
         .map(|w| serde_json::to_value(&*w).unwrap_or_default());
     if !queued {
-        return workload.map(|w| Queue::Kueue { workload: Some(w), flavors: BTreeMap::new(), priority: None });
+        return workload.map(|w| Queue::Kueue {
+            workload: Some(w),
+            flavors: BTreeMap::new(),
+            priority: None,
+            collectors: BTreeMap::new(),
+        });
     }
     let flavors: BTreeMap<String, serde_json::Value> =
         kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
     let class = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
     let priority =
         class.and_then(|c| kueue.priorities.get(&ObjectRef::new(c)).map(|p| (c.to_owned(), p.value.unwrap_or(0))));
-    Some(Queue::Kueue { workload, flavors, priority })
+    let collectors = collector_workloads(kueue, job, &namespace, &uid);
+    Some(Queue::Kueue { workload, flavors, priority, collectors })
+}
+
+/// The Workloads of `job`'s collectors above its core (`spec.collector.minReplicas`), by index:
+/// looked up by name, each index a job may have, as a collector scaled away leaves its Workload
+/// to be deleted.
+fn collector_workloads(kueue: &Kueue, job: &DIJob, namespace: &str, uid: &str) -> BTreeMap<u32, serde_json::Value> {
+    let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return BTreeMap::new() };
+    (min..di_api::contract::MAX_REPLICAS as u32)
+        .filter_map(|index| {
+            let name = queue::collectors::workload_name(job, index);
+            let found = kueue.workloads.get(&ObjectRef::new_with(&name, queue::workload_kind()).within(namespace))?;
+            let ours = found.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid);
+            ours.then(|| (index, serde_json::to_value(&*found).unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Workloads of `namespace`, through a dynamic client.

@@ -29,6 +29,9 @@ pub enum Queue {
         workload: Option<serde_json::Value>,
         flavors: BTreeMap<String, serde_json::Value>,
         priority: Option<(String, i32)>,
+        /// The Workloads of the collectors above the job's core (`spec.collector.minReplicas`),
+        /// by collector index.
+        collectors: BTreeMap<u32, serde_json::Value>,
     },
 }
 
@@ -126,6 +129,9 @@ pub enum Why {
     JobRestart,
     /// A disruption ended it (`disruption`): replaced, not counted.
     Disrupted,
+    /// Its collector Workload was preempted (its queue reclaimed the quota): not counted, and
+    /// made again when the Workload is readmitted (`queue::collectors`).
+    Reclaimed,
 }
 
 #[derive(Clone, Debug, PartialEq)]

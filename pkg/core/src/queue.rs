@@ -20,6 +20,7 @@ use crate::decision::{Action, Plan, World};
 use crate::desired::{BuildError, Settings};
 
 mod admitted;
+pub mod collectors;
 mod report;
 pub mod topology;
 mod workload;
@@ -95,6 +96,12 @@ pub fn standing(name: &str, queue: &Queue) -> Standing {
     let Some(workload) = workload else {
         return held("Pending", format!("the job's Workload is being made for queue {name}"));
     };
+    workload_standing(name, workload)
+}
+
+/// Where a Workload in queue `name` stands.
+fn workload_standing(name: &str, workload: &Value) -> Standing {
+    let held = |reason, message: String| Standing::Held { reason, message };
     if let Some(evicted) = condition(workload, "Evicted").filter(|c| c["status"] == "True") {
         let why = evicted["message"].as_str().or(evicted["reason"].as_str()).unwrap_or("evicted");
         return held(
@@ -143,6 +150,12 @@ pub fn queued_condition(job: &DIJob, world: &World) -> Option<(bool, String, Str
     })
 }
 
+/// The pods of `wanted` in the job's core Workload: all but the collectors above
+/// `spec.collector.minReplicas` (`collectors`), which have Workloads of their own.
+fn core_pods(job: &DIJob, wanted: Vec<Pod>) -> Vec<Pod> {
+    wanted.into_iter().filter(|p| collectors::above_core(job, &p.name_any()).is_none()).collect()
+}
+
 /// The pods `job` asks for that its admitted Workload has no room for, by podSet (none left out
 /// when the Workload is not admitted: a waiting job's Workload is made anew at its new size).
 /// What a scale-up of a running queued job would wait for; the learners of a job whose
@@ -157,7 +170,7 @@ pub fn beyond_room(
     if !is_true(workload, "Admitted") || is_true(workload, "Evicted") {
         return Ok(vec![]);
     }
-    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    let sets = pod_sets(&core_pods(job, wanted_pods(job, aggregator, settings)?));
     Ok(admitted::over(&rooms(workload, &sets, pods, !job.spec.is_task_job()), &sets, pods))
 }
 
@@ -215,7 +228,9 @@ pub fn attach(
     plan: &mut Plan,
 ) -> Result<BTreeSet<String>, BuildError> {
     let mut held = BTreeSet::new();
-    let Some(queue @ Queue::Kueue { workload, flavors, priority }) = &world.queue else { return Ok(held) };
+    let Some(queue @ Queue::Kueue { workload, flavors, priority, collectors }) = &world.queue else {
+        return Ok(held);
+    };
     let Some(name) = queue_name(job) else {
         // A Workload left from when the job was in a queue: it goes, with what it waits for.
         if let Some(workload) = workload {
@@ -224,7 +239,8 @@ pub fn attach(
         return Ok(held);
     };
     let finished = plan.status.phase.filter(|p| p.is_finished());
-    let sets = pod_sets(&wanted_pods(job, aggregator, settings)?);
+    let wanted = wanted_pods(job, aggregator, settings)?;
+    let sets = pod_sets(&core_pods(job, wanted.clone()));
     // What this pass knows better than the planner's `Queued` condition.
     let say = |plan: &mut Plan, held: bool, reason: &str, message: &str| {
         let conditions = &mut plan.status.conditions;
@@ -307,14 +323,22 @@ pub fn attach(
             active: activated,
         });
     }
+    let core_admitted = matches!(standing(name, queue), Standing::Admitted { .. });
+    let queued = collectors::Queued { name, core_admitted, collectors, flavors, priority: priority.as_ref() };
+    collectors::attach(job, world, &queued, &wanted, settings, plan, &mut held)?;
     let status = &plan.status;
-    // Ready: every pod that may run (the job's, up to what was admitted) is ready or has ended
-    // well; a collector that finished early leaves the job no less ready.
+    // Ready: every pod of the core that may run (up to what was admitted) is ready or has ended
+    // well; a collector that finished early leaves the job no less ready. Collectors above the
+    // core are reported on their own Workloads.
     let admitted: u64 =
         workload["spec"]["podSets"].as_array().into_iter().flatten().filter_map(|s| s["count"].as_u64()).sum();
-    let may_run = status.replicas.map_or(0, |r| r.max(0) as u64).saturating_sub(held_back).min(admitted);
-    let done = world.pods.iter().filter(|p| crate::status::pod_phase(p) == "Succeeded").count() as u64;
-    let ready = may_run > 0 && status.ready_replicas.map_or(0, |r| r.max(0) as u64) + done >= may_run;
+    let above = |p: &&&Pod| collectors::above_core(job, &p.name_any()).is_some();
+    let above_asked = wanted.iter().filter(|p| collectors::above_core(job, &p.name_any()).is_some()).count() as u64;
+    let above_ready = world.pods.iter().filter(above).filter(|p| crate::status::is_ready(p)).count() as u64;
+    let may_run = status.replicas.map_or(0, |r| r.max(0) as u64).saturating_sub(held_back + above_asked).min(admitted);
+    let done = world.pods.iter().filter(|p| !above(p) && crate::status::pod_phase(p) == "Succeeded").count() as u64;
+    let ready_core = status.ready_replicas.map_or(0, |r| r.max(0) as u64).saturating_sub(above_ready);
+    let ready = may_run > 0 && ready_core + done >= may_run;
     let active = world.pods.iter().any(|p| crate::status::is_active(p));
     let outcome = finished.map(|p| p == Phase::Succeeded);
     let seen = Report { ready, finished: outcome, pods_active: active, reclaimable };

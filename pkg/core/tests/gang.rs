@@ -231,7 +231,12 @@ fn a_gang_counts_only_on_the_pods_its_queue_admitted_room_for() {
         "reclaimablePods": [{"name": set, "count": 1}],
     });
     let mut world = common::world(&[], &[], common::now());
-    world.queue = Some(Queue::Kueue { workload: Some(admitted), flavors: Default::default(), priority: None });
+    world.queue = Some(Queue::Kueue {
+        workload: Some(admitted),
+        flavors: Default::default(),
+        priority: None,
+        collectors: Default::default(),
+    });
     let queued = plan(&task_job(3), &world, &settings, common::BACKOFF).unwrap();
     let created: Vec<String> = queued
         .actions

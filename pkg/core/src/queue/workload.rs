@@ -92,7 +92,7 @@ pub fn workload(
     aggregator: Option<&di_api::AggregatorConfig>,
     settings: &Settings,
 ) -> Result<Value, BuildError> {
-    made_of(job, queue, priority, &pod_sets(&wanted_pods(job, aggregator, settings)?), settings)
+    made_of(job, queue, priority, &pod_sets(&super::core_pods(job, wanted_pods(job, aggregator, settings)?)), settings)
 }
 
 /// As [`workload`], of the podSets a pass has grouped already.

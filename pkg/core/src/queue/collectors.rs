@@ -1,0 +1,173 @@
+//! Interruptible collectors: with `spec.collector.minReplicas`, a queued job's core Workload
+//! holds the coordinator, the learners and its first `minReplicas` collectors, and each
+//! collector above them is a Workload of its own, one below the core's priority. Kueue admits
+//! each such collector when its queue has room (borrowing its cohort's idle quota) and preempts it
+//! on its own when the quota is reclaimed: its pod alone goes (not counted as a restart), the
+//! eviction is acknowledged once the pod is gone, and the pod comes back when Kueue admits the
+//! Workload again. A collector Workload is made only while the core is admitted, so no collector
+//! ever holds quota while its core waits, and none is deleted while its pod may still run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use di_api::DIJob;
+use di_api::contract::{Role, names};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use super::report::{Report, report};
+use super::workload::{made_of, place, pod_sets};
+use super::{Standing, delete_workload, is_true};
+use crate::decision::{Action, Plan, Why, World, delete_pod};
+use crate::desired::{BuildError, Settings};
+use crate::status::{is_active, is_ready, is_terminating};
+
+/// The job's condition that says how its collectors above the core stand.
+pub const COLLECTORS_QUEUED: &str = "CollectorsQueued";
+
+/// The name of the Workload of collector `index` (above the core).
+pub fn workload_name(job: &DIJob, index: u32) -> String {
+    format!("{}-collector-{index}", super::workload_name(job))
+}
+
+/// The index of collector pod `pod` when it is above the job's core, in a job with `minReplicas`.
+pub fn above_core(job: &DIJob, pod: &str) -> Option<u32> {
+    let min = job.spec.collector.as_ref()?.core_collectors()?;
+    let index: u32 = pod.strip_prefix(&format!("{}-{}-", job.name_any(), Role::Collector.label()))?.parse().ok()?;
+    (index >= min).then_some(index)
+}
+
+/// A collector's Workload: one podSet of its one pod, at one below the core's priority, so that
+/// Kueue takes collectors before any core.
+fn made(
+    job: &DIJob,
+    queue: &str,
+    index: u32,
+    pod: &Pod,
+    priority: Option<&(String, i32)>,
+    settings: &Settings,
+) -> Result<Value, BuildError> {
+    let mut workload = made_of(job, queue, None, &pod_sets(std::slice::from_ref(pod)), settings)?;
+    workload["metadata"]["name"] = json!(workload_name(job, index));
+    workload["spec"]["priority"] = json!(priority.map_or(0, |(_, value)| *value).saturating_sub(1));
+    Ok(workload)
+}
+
+/// What a pass knows of the queue of a job with collectors above its core.
+pub(super) struct Queued<'a> {
+    /// The job's LocalQueue.
+    pub name: &'a str,
+    /// Whether the job's core Workload is admitted.
+    pub core_admitted: bool,
+    /// The collectors' Workloads, by index.
+    pub collectors: &'a BTreeMap<u32, Value>,
+    pub flavors: &'a BTreeMap<String, Value>,
+    /// The job's PriorityClass and its value.
+    pub priority: Option<&'a (String, i32)>,
+}
+
+/// How the job's collectors above the core stand, for its condition.
+#[derive(Default)]
+struct Count {
+    above: usize,
+    waiting: usize,
+    preempted: usize,
+}
+
+/// After the core's part of `queue::attach`: each collector above the core is created only while
+/// its own Workload is admitted (and placed by it); its Workload is made when the core is admitted
+/// and deleted when the collector is no longer asked for (scaled down, the job held or ended)
+/// and its pod has gone; a preempted one loses its pod and is given back. The held pods are added
+/// to `held`.
+pub(super) fn attach(
+    job: &DIJob,
+    world: &World,
+    queued: &Queued,
+    wanted: &[Pod],
+    settings: &Settings,
+    plan: &mut Plan,
+    held: &mut BTreeSet<String>,
+) -> Result<(), BuildError> {
+    let Queued { name: queue, core_admitted, collectors, flavors, priority } = *queued;
+    let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return Ok(()) };
+    let finished = plan.status.phase.is_some_and(|p| p.is_finished());
+    let asked = job.spec.collector_replicas().max(0) as u32;
+    let pod_of = |index: u32| world.pods.iter().copied().find(|p| above_core(job, &p.name_any()) == Some(index));
+    let mut count = Count::default();
+    let mut actions = vec![];
+    for index in min..asked {
+        let name = names::replica(&job.name_any(), Role::Collector, index);
+        let pod = pod_of(index);
+        let runs = core_admitted && !finished;
+        let Some(workload) = collectors.get(&index).filter(|_| runs) else {
+            held.insert(name.clone());
+            if runs {
+                count.above += 1;
+                count.waiting += 1;
+                if let Some(template) = wanted.iter().find(|p| p.name_any() == name) {
+                    actions
+                        .push(Action::CreateWorkload(Box::new(made(job, queue, index, template, priority, settings)?)));
+                }
+            }
+            continue;
+        };
+        count.above += 1;
+        let admitted = matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
+        let evicted = is_true(workload, "Evicted");
+        if !admitted {
+            held.insert(name.clone());
+            count.waiting += 1;
+            count.preempted += usize::from(evicted);
+            if let Some(pod) = pod.filter(|p| !is_terminating(p)) {
+                actions.push(delete_pod(pod, Why::Reclaimed));
+            }
+        }
+        let seen =
+            Report { ready: pod.is_some_and(is_ready), pods_active: pod.is_some_and(is_active), ..Report::default() };
+        if let Some(reported) = report(workload, &seen, world.now) {
+            let mut written = workload.clone();
+            written["status"] = reported;
+            actions.push(Action::WriteWorkloadStatus(Box::new(written)));
+        }
+    }
+    // Workloads of collectors no longer asked for, or of a job its queue holds or that has ended:
+    // given back once their pod has gone.
+    for (index, workload) in collectors {
+        let asked_for = *index < asked && core_admitted && !finished;
+        if !asked_for && !pod_of(*index).is_some_and(is_active) {
+            actions.push(delete_workload(workload));
+        }
+    }
+    // Only the collectors that may run are created, each where its own Workload was admitted.
+    plan.actions.retain(|a| !matches!(a, Action::CreatePod(pod) if held.contains(&pod.name_any())));
+    for (index, workload) in collectors {
+        let name = names::replica(&job.name_any(), Role::Collector, *index);
+        if let Some(template) = wanted.iter().find(|p| p.name_any() == name) {
+            place(&pod_sets(std::slice::from_ref(template)), workload, flavors, &mut plan.actions);
+        }
+    }
+    plan.actions.extend(actions);
+    say(queue, &count, world, plan);
+    Ok(())
+}
+
+/// The condition `CollectorsQueued`: True while collectors above the core wait for quota.
+fn say(queue: &str, count: &Count, world: &World, plan: &mut Plan) {
+    if count.above == 0 && !plan.status.conditions.iter().any(|c| c.type_ == COLLECTORS_QUEUED) {
+        return;
+    }
+    let (reason, message) = match count {
+        Count { waiting: 0, above, .. } => {
+            ("Admitted", format!("the {above} collector(s) above the job's core are admitted from queue {queue}"))
+        }
+        Count { above, waiting, preempted } => (
+            if *preempted > 0 { "Preempted" } else { "Pending" },
+            format!(
+                "{waiting} of the {above} collector(s) above the job's core wait for quota in queue {queue} \
+                 ({preempted} preempted, to run again when readmitted)"
+            ),
+        ),
+    };
+    let conditions = &mut plan.status.conditions;
+    crate::status::set_condition_as_said(conditions, COLLECTORS_QUEUED, count.waiting > 0, reason, &message, world.now);
+}

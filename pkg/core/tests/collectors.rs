@@ -1,0 +1,179 @@
+//! Interruptible collectors (`spec.collector.minReplicas` in a queue): the core's Workload holds
+//! the first collectors; each above is a Workload of its own, run while admitted, its pod alone
+//! given back when Kueue preempts it, and back when readmitted.
+
+mod common;
+mod queued;
+
+use std::collections::BTreeMap;
+
+use common::{BACKOFF, created, now, world, world_of};
+use di_api::DIJob;
+use di_core::desired::Settings;
+use di_core::plan::{Action, Plan, Why, plan};
+use di_core::queue::collectors::workload_name;
+use di_core::queue::{QUEUE_LABEL, Queue, workload};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::ResourceExt;
+use queued::condition;
+use serde_json::{Value, json};
+
+/// A queued job of `collectors` collectors, the first one in its core.
+fn elastic(collectors: i32) -> DIJob {
+    let mut job = common::job(collectors, 1, json!({"collector": {"minReplicas": 1}}));
+    job.labels_mut().insert(QUEUE_LABEL.into(), "team".into());
+    job
+}
+
+/// `workload` admitted by a ClusterQueue, its one podSet (`set`) on flavor a100.
+fn admit(mut workload: Value, sets: &[(&str, u64)]) -> Value {
+    let assignments: Vec<Value> =
+        sets.iter().map(|(name, count)| json!({"name": name, "flavors": {"cpu": "a100"}, "count": count})).collect();
+    workload["metadata"]["resourceVersion"] = json!("3");
+    workload["status"] = json!({
+        "conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": "2026-11-28T09:00:00Z"},
+            {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-11-28T09:00:00Z"},
+        ],
+        "admission": {"clusterQueue": "team", "podSetAssignments": assignments},
+    });
+    workload
+}
+
+fn evict(mut workload: Value) -> Value {
+    let evicted = json!({"type": "Evicted", "status": "True", "reason": "Preempted",
+        "message": "Preempted to accommodate a workload (UID: b) due to reclamation within the cohort",
+        "lastTransitionTime": "2026-11-28T09:01:00Z"});
+    workload["status"]["conditions"].as_array_mut().unwrap().push(evicted);
+    workload
+}
+
+fn decide(job: &DIJob, pods: &[Pod], services: &[Service], core: Value, collectors: BTreeMap<u32, Value>) -> Plan {
+    let mut world = world(pods, services, now());
+    let flavors = BTreeMap::from([("a100".to_string(), json!({"nodeLabels": {"gpu": "a100"}}))]);
+    world.queue = Some(Queue::Kueue { workload: Some(core), flavors, priority: None, collectors });
+    plan(job, &world, &Settings::default(), BACKOFF).unwrap()
+}
+
+fn made(plan: &Plan) -> Vec<String> {
+    plan.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateWorkload(w) => Some(w["metadata"]["name"].as_str().unwrap().to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn core_of(job: &DIJob) -> Value {
+    admit(
+        workload(job, "team", None, None, &Settings::default()).unwrap(),
+        &[("coordinator", 1), ("collector", 1), ("learner", 1)],
+    )
+}
+
+#[test]
+fn the_core_holds_the_first_collectors_and_each_above_waits_for_its_own_admission() {
+    let job = elastic(3);
+    let core = workload(&job, "team", None, None, &Settings::default()).unwrap();
+    let collectors = core["spec"]["podSets"].as_array().unwrap().iter().find(|s| s["name"] == "collector").unwrap();
+    assert_eq!(collectors["count"], 1, "the core counts minReplicas collectors");
+
+    // Admitted core: its pods, and a Workload for each collector above it, one below its priority.
+    let first = decide(&job, &[], &[], core_of(&job), BTreeMap::new());
+    let mut pods = created(&first.actions);
+    pods.sort();
+    assert_eq!(pods, ["job-collector-0", "job-coordinator", "job-learner-0"]);
+    assert_eq!(made(&first), [workload_name(&job, 1), workload_name(&job, 2)]);
+    let collector_workload = first.actions.iter().find_map(|a| match a {
+        Action::CreateWorkload(w) => Some(w.clone()),
+        _ => None,
+    });
+    assert_eq!(collector_workload.unwrap()["spec"]["priority"], -1);
+    let waiting = condition(&first, "CollectorsQueued");
+    assert_eq!(waiting.status, "True");
+    assert!(waiting.message.as_deref().unwrap().contains("2 of the 2 collector(s)"), "{waiting:?}");
+
+    // Collector 1 admitted, collector 2 not yet: collector 1 runs where it was admitted.
+    let one = admit(workload_of(&first, 1), &[("collector", 1)]);
+    let two = workload_of(&first, 2);
+    let (pods, services) = world_of(&job_with(&job, 1), |_| Some("Running"));
+    let second = decide(&job, &pods, &services, core_of(&job), BTreeMap::from([(1, one), (2, two)]));
+    assert_eq!(created(&second.actions), ["job-collector-1"]);
+    let pod = second.actions.iter().find_map(|a| match a {
+        Action::CreatePod(p) => Some(p.clone()),
+        _ => None,
+    });
+    assert_eq!(pod.unwrap().spec.unwrap().node_selector.unwrap()["gpu"], "a100");
+    assert!(made(&second).is_empty());
+}
+
+#[test]
+fn a_preempted_collector_loses_its_pod_alone_and_gives_its_quota_back_once_it_is_gone() {
+    let job = elastic(2);
+    let one = admit(workload_of(&decide(&job, &[], &[], core_of(&job), BTreeMap::new()), 1), &[("collector", 1)]);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let reclaimed = decide(&job, &pods, &services, core_of(&job), BTreeMap::from([(1, evict(one.clone()))]));
+    let deleted: Vec<(&str, &Why)> = reclaimed
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { name, why, .. } => Some((name.as_str(), why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, [("job-collector-1", &Why::Reclaimed)], "the coordinator and learner stay");
+    assert!(created(&reclaimed.actions).is_empty());
+    let marks = reclaimed.actions.iter().filter(|a| matches!(a, Action::MarkRestart { .. })).count();
+    assert_eq!(marks, 0, "no restart counted");
+    assert_eq!(condition(&reclaimed, "CollectorsQueued").reason.as_deref(), Some("Preempted"));
+    assert!(!written_to(&reclaimed, 1), "no acknowledgement while its pod may run");
+
+    // Its pod gone: the eviction is acknowledged, and nothing is created until readmission.
+    let rest: Vec<Pod> = pods.iter().filter(|p| p.name_any() != "job-collector-1").cloned().collect();
+    let gone = decide(&job, &rest, &services, core_of(&job), BTreeMap::from([(1, evict(one))]));
+    assert!(written_to(&gone, 1), "{:?}", gone.actions);
+    assert!(created(&gone.actions).is_empty());
+}
+
+#[test]
+fn a_collector_scaled_away_gives_its_workload_back_once_its_pod_has_gone() {
+    let job = elastic(2);
+    let one = admit(workload_of(&decide(&job, &[], &[], core_of(&job), BTreeMap::new()), 1), &[("collector", 1)]);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let smaller = elastic(1);
+    let shrinking = decide(&smaller, &pods, &services, core_of(&smaller), BTreeMap::from([(1, one.clone())]));
+    assert!(!deletes_workload(&shrinking), "its pod still runs");
+    let rest: Vec<Pod> = pods.iter().filter(|p| p.name_any() != "job-collector-1").cloned().collect();
+    let shrunk = decide(&smaller, &rest, &services, core_of(&smaller), BTreeMap::from([(1, one)]));
+    assert!(deletes_workload(&shrunk), "{:?}", shrunk.actions);
+}
+
+fn job_with(job: &DIJob, collectors: i32) -> DIJob {
+    let mut job = job.clone();
+    job.spec.collector.as_mut().unwrap().replicas = Some(collectors);
+    job
+}
+
+fn workload_of(plan: &Plan, index: u32) -> Value {
+    plan.actions
+        .iter()
+        .find_map(|a| match a {
+            Action::CreateWorkload(w) if w["metadata"]["name"].as_str().unwrap().ends_with(&format!("-{index}")) => {
+                Some((**w).clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Workload of collector {index}: {:?}", plan.actions))
+}
+
+fn written_to(plan: &Plan, index: u32) -> bool {
+    plan.actions.iter().any(|a| {
+        matches!(a, Action::WriteWorkloadStatus(w) if w["metadata"]["name"].as_str().unwrap().ends_with(&format!("collector-{index}"))
+            && w["status"]["admission"].is_null())
+    })
+}
+
+fn deletes_workload(plan: &Plan) -> bool {
+    plan.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { name, .. } if name.ends_with("collector-1")))
+}
