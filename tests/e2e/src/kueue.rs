@@ -196,7 +196,7 @@ pub mod jobs;
 mod queue;
 mod turns;
 
-pub use queue::TestQueue;
+pub use queue::{Cohort, TestQueue};
 pub use turns::{Share, WithKueue, before_kueue, with_kueue};
 
 #[cfg(test)]

@@ -130,3 +130,74 @@ impl TestQueue {
         }
     }
 }
+
+/// Two teams' ClusterQueues in one cohort, `<ns>-a` and `<ns>-b` of one flavor `<ns>`, with
+/// LocalQueues `team-a` and `team-b` in `ns`: each may borrow what the other leaves idle and
+/// reclaims what it lent when its own jobs come. [`Cohort::delete`] removes them.
+pub struct Cohort {
+    client: Client,
+    name: String,
+}
+
+impl Cohort {
+    /// Team a's quota `a` and team b's `b` (resource, quantity).
+    pub async fn create(client: &Client, ns: &str, a: &[(&str, &str)], b: &[(&str, &str)]) -> Cohort {
+        let cohort = Cohort { client: client.clone(), name: ns.to_owned() };
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let managed = json!({"metadata": {"labels": {MANAGED_NAMESPACES.0: MANAGED_NAMESPACES.1}}});
+        namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&managed)).await.expect("labelling the namespace");
+        let flavor =
+            json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": ns}});
+        cohort.make("ResourceFlavor", "resourceflavors", None, flavor).await;
+        for (team, quota) in [("a", a), ("b", b)] {
+            let resources: Vec<_> = quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect();
+            let cluster_queue = json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": format!("{ns}-{team}")},
+                "spec": {
+                    "cohortName": ns,
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                    "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [{
+                        "coveredResources": quota.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+                        "flavors": [{"name": ns, "resources": resources}],
+                    }],
+                },
+            });
+            cohort.make("ClusterQueue", "clusterqueues", None, cluster_queue).await;
+            let local_queue = json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": format!("team-{team}")},
+                "spec": {"clusterQueue": format!("{ns}-{team}")},
+            });
+            cohort.make("LocalQueue", "localqueues", Some(ns), local_queue).await;
+        }
+        cohort
+    }
+
+    async fn make(&self, kind: &str, plural: &str, ns: Option<&str>, object: serde_json::Value) {
+        let resource = resource(kind, plural);
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let object: DynamicObject = serde_json::from_value(object).expect("a Kueue object");
+        api.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("creating a {kind}: {e}"));
+    }
+
+    /// Deletes both ClusterQueues and the flavor (not waited for).
+    pub async fn delete(self) {
+        let queues: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource("ClusterQueue", "clusterqueues"));
+        let flavors: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &resource("ResourceFlavor", "resourceflavors"));
+        for (api, name) in [
+            (&queues, format!("{}-a", self.name)),
+            (&queues, format!("{}-b", self.name)),
+            (&flavors, self.name.clone()),
+        ] {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => panic!("deleting {name}: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Interruptible collectors under Kueue (`spec.collector.minReplicas`): two teams' ClusterQueues
+//! in one cohort, on Kueue beside a control plane of the test's own or, on kind, the Kueue
+//! deployed there (`di_e2e::kueue`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
+use di_api::contract::labels;
+use di_api::{DIJob, Phase};
+use di_e2e::cluster::within;
+use di_e2e::kueue::jobs::REPLICA_CPU;
+use di_e2e::kueue::{self, Cohort, Share};
+use di_e2e::scenario::Scenario;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use serde_json::json;
+
+/// A role job in LocalQueue `queue`: a coordinator and `collectors` collectors of
+/// [`REPLICA_CPU`] each, the first `core` of them in its core.
+async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, core: Option<i32>) {
+    let mut container = s.nodes.container();
+    container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
+    let mut pod = s.nodes.pod_spec();
+    pod["containers"] = json!([container]);
+    let mut collector = json!({"replicas": collectors, "template": {"spec": pod}});
+    if let Some(core) = core {
+        collector["minReplicas"] = json!(core);
+    }
+    let job = json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {"coordinator": {"template": {"spec": pod}}, "collector": collector},
+    });
+    s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+}
+
+/// The job's running pods (not being deleted), by name.
+async fn running(s: &Scenario, job: &str) -> BTreeSet<String> {
+    let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
+    let pods = s.pods.list(&params).await.unwrap().items;
+    let runs = |p: &Pod| {
+        p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    pods.iter().filter(|p| runs(p)).map(|p| p.name_any()).collect()
+}
+
+/// Waits until `job` has `count` running pods (a minute at most).
+async fn until_running(s: &Scenario, job: &str, count: usize) -> BTreeSet<String> {
+    for _ in 0..600 {
+        let now = running(s, job).await;
+        if now.len() == count {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {job} never had {count} running pods: {:?}\n{}", running(s, job).await, s.orchestrator.log());
+}
+
+async fn uid(s: &Scenario, pod: &str) -> String {
+    s.pods.get(pod).await.unwrap().uid().unwrap()
+}
+
+/// Team a's job runs its core in a's quota and grows its collectors into b's idle quota. Team b
+/// submits a job: Kueue reclaims just enough of a's collectors, whose pods alone go; b runs; a
+/// stays Running with its coordinator's pod, no restart counted, and says how many collectors
+/// wait. Team b's job deleted, a's collectors come back without anyone asking again.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "borrow", &[])).await;
+    // a: its core (a coordinator of 60m with the sidecar, one collector of 50m) and no more.
+    // b: a coordinator and two collectors (160m).
+    // (The sidecar's memory request needs some memory quota too, which neither team borrows.)
+    let cohort = Cohort::create(
+        &s.cluster.client,
+        &s.ns,
+        &[("cpu", "150m"), ("memory", "100Gi")],
+        &[("cpu", "200m"), ("memory", "100Gi")],
+    )
+    .await;
+    submit(&s, "lender-free", "team-a", 1, Some(1)).await;
+    s.wait_phase("lender-free", Phase::Running).await;
+    until_running(&s, "lender-free", 2).await;
+    let coordinator = uid(&s, "lender-free-coordinator").await;
+    let core_collector = uid(&s, "lender-free-collector-0").await;
+
+    // Grown to 4 collectors: 3 above the core, 150m, borrowed from b's idle 200m.
+    let grow = json!({"spec": {"collector": {"replicas": 4}}});
+    s.jobs.patch("lender-free", &PatchParams::default(), &Patch::Merge(&grow)).await.unwrap();
+    until_running(&s, "lender-free", 5).await;
+
+    // b comes: 160m of its own 200m, of which a borrows 110m. Two of a's collectors go.
+    submit(&s, "owner", "team-b", 2, None).await;
+    s.wait_phase("owner", Phase::Running).await;
+    until_running(&s, "owner", 3).await;
+    let kept = until_running(&s, "lender-free", 3).await;
+    assert!(kept.contains("lender-free-coordinator") && kept.contains("lender-free-collector-0"), "{kept:?}");
+    assert_eq!(uid(&s, "lender-free-coordinator").await, coordinator, "the coordinator's pod untouched");
+    assert_eq!(uid(&s, "lender-free-collector-0").await, core_collector, "the core's collector untouched");
+    let job: DIJob = s.jobs.get("lender-free").await.unwrap();
+    let status = job.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(Phase::Running));
+    assert_eq!(status.restarts.unwrap_or(0), 0, "no restart counted");
+    let waiting = status.conditions.iter().find(|c| c.type_ == "CollectorsQueued").expect("CollectorsQueued");
+    assert_eq!((waiting.status.as_str(), waiting.reason.as_deref()), ("True", Some("Preempted")), "{waiting:?}");
+    assert_eq!(job.spec.collector_replicas(), 4, "what the coordinator asked for stands");
+
+    // b's job goes: a's collectors come back on their own.
+    let owner = s.jobs.get("owner").await.unwrap().uid().unwrap();
+    s.jobs.delete("owner", &DeleteParams::foreground()).await.unwrap();
+    let gone = move |j: Option<&DIJob>| j.is_none_or(|j| j.uid().as_deref() != Some(owner.as_str()));
+    within(Duration::from_secs(60), "b's job gone", await_condition(s.jobs.clone(), "owner", gone)).await.unwrap();
+    until_running(&s, "lender-free", 5).await;
+    assert_eq!(uid(&s, "lender-free-coordinator").await, coordinator, "the coordinator's pod untouched");
+    drop(s);
+    cohort.delete().await;
+    kueue.stop().await;
+}
