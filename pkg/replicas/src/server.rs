@@ -20,6 +20,7 @@ use di_client::scale::{Affected, scale_down, scale_up};
 use di_client::update::{UpdateError, Written, update_job};
 use di_client::wire::{Envelope, ReplicaRequest, Replicas};
 use di_client::{Refusal, same_job};
+use di_core::queue::collectors::above_core;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
@@ -257,14 +258,29 @@ async fn scale_outcome(
     // Written: from here on the answer is a success, whatever the wait for pods finds. An error
     // would have the client send the change again.
     let (job, change) = (&written.after, &written.result);
-    let affected = Affected::between(&written.before, job);
+    let mut affected = Affected::between(&written.before, job);
     info!(up, ?affected, "changed the job's desired replicas");
-    let (replicas, converged) = wait_for(endpoint, job, &affected, up).await;
+    // Collectors above a queued job's core wait for their own Workloads' admission, which may
+    // take any time: the answer names them at once and waits only for the others.
+    let for_quota: Vec<String> = match up && di_core::queue::queue_name(job).is_some() {
+        true => affected.collectors.iter().filter(|n| above_core(job, n).is_some()).cloned().collect(),
+        false => vec![],
+    };
+    affected.collectors.retain(|n| !for_quota.contains(n));
+    let (mut replicas, converged) = wait_for(endpoint, job, &affected, up).await;
+    replicas.collectors.extend(for_quota.iter().map(|n| scale::planned_url(job, n, Role::Collector)));
     let verb = if up { "create" } else { "delete" };
     let mut message = format!("successfully {verb} replicas");
     if !converged {
         message
             .push_str(&format!("; the job is changed, but not every replica was {verb}d within {:?}", endpoint.wait));
+    }
+    if !for_quota.is_empty() {
+        message.push_str(&format!(
+            "; {} collector(s) above the job's core (spec.collector.minReplicas) wait for their queue's quota and \
+             start as Kueue admits them",
+            for_quota.len()
+        ));
     }
     for note in &change.notes {
         message.push_str(&format!("; {note}"));

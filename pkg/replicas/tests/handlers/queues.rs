@@ -77,3 +77,23 @@ async fn collectors_already_waiting_refuse_only_a_request_for_more() {
     assert_error(status, &reply, StatusCode::CONFLICT, "1 collector pod(s) more than its admission");
     assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], json!(2));
 }
+
+/// With `minReplicas`, collectors above the job's core have Workloads of their own: a scale-up
+/// past the core's admission is written, answered at once naming the new collectors, and says
+/// that they wait for their queue's quota. (Its wait of 30 s would show as a note.)
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_above_the_core_is_written_and_answered_at_once() {
+    let (mut job, workload) = queued(2);
+    job["spec"]["collector"]["minReplicas"] = json!(2);
+    let (app, world) = serve(job, pods(), WAIT, LOCAL);
+    world.lock().unwrap().workload = Some(workload);
+    let started = tokio::time::Instant::now();
+    let (status, reply) = call(&app, "POST", "/v1alpha1/replicas", SCALE_UP).await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert!(started.elapsed() < WAIT, "answered at once, not after its wait");
+    assert_eq!(world.lock().unwrap().job["spec"]["collector"]["replicas"], json!(3));
+    assert_eq!(reply["data"]["collectors"], json!(["job-collector-2.ns:22270"]), "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(message.contains("1 collector(s) above the job's core"), "{message}");
+    assert!(!message.contains("not every replica"), "{message}");
+}
