@@ -158,7 +158,7 @@ pub struct DIJobSpec {
     /// Gang scheduling: which of the job's pods are placed all at once or not at all. Unset
     /// means on (`enabled: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gang: Option<crate::gang::GangSpec>,
+    pub gang: Option<GangSpec>,
 
     /// Task jobs: `Pod` (default) replaces only a failed pod, under the same name; `Job` replaces
     /// every pod of the job in one step, for workers that cannot survive a peer's restart.
@@ -175,6 +175,20 @@ pub struct CoordinatorSpec {
     #[serde(default)]
     #[schemars(schema_with = "schema::pod_template")]
     pub template: PodTemplateSpec,
+}
+
+/// Whether a job's pods are gang-scheduled (where the orchestrator has a gang scheduler, see its
+/// `--gang-scheduler`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GangSpec {
+    /// `false` places the job's pods one by one, as a scheduler without gangs does. Default
+    /// `true`: a task job is one gang (every pod of its tasks, but tasks with `minAvailable: 0`),
+    /// and each multi-GPU logic learner of a role job (its aggregator and DDP learners) is one;
+    /// a role job's coordinator and collectors are in no gang, so collectors scale freely.
+    /// Fixed when the job is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
 }
 
 /// The collector role.

@@ -1,27 +1,10 @@
-//! Gang scheduling of a DIJob: the `spec.gang` field, a task's minimum, and the rule that says
+//! Gang scheduling of a DIJob: what its `spec.gang` asks, a task's minimum, and the rule that says
 //! which pods of a task job are placed all at once or not at all. A role job's gangs are its
 //! multi-GPU logic learners (an aggregator and its DDP learners), which the orchestrator builds
 //! from its desired pods; how a gang becomes a PodGroup is the orchestrator's backend's.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
 use crate::dijob::DIJob;
 use crate::tasks::{self, Task};
-
-/// Whether a job's pods are gang-scheduled (where the orchestrator has a gang scheduler, see its
-/// `--gang-scheduler`).
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct GangSpec {
-    /// `false` places the job's pods one by one, as a scheduler without gangs does. Default
-    /// `true`: a task job is one gang (every pod of its tasks, but tasks with `minAvailable: 0`),
-    /// and each multi-GPU logic learner of a role job (its aggregator and DDP learners) is one;
-    /// a role job's coordinator and collectors are in no gang, so collectors scale freely.
-    /// Fixed when the job is created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enabled: Option<bool>,
-}
 
 /// Whether `job` asks for gangs (the default).
 pub fn enabled(job: &DIJob) -> bool {
@@ -64,6 +47,7 @@ pub fn task_gang(job: &DIJob) -> Option<TaskGang> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dijob::GangSpec;
     use crate::task::{TaskSpec, TaskType};
 
     fn job(tasks: &[(&str, i32, Option<i32>)], gang: Option<bool>) -> DIJob {

@@ -19,9 +19,9 @@ pub mod validation;
 
 pub use aggregator_config::{AggregatorConfig, AggregatorConfigSpec, AggregatorSpec};
 pub use contract::Role;
+pub use dijob::GangSpec;
 pub use dijob::{
     CollectorSpec, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec, Phase, ReplicaStatus,
 };
-pub use gang::GangSpec;
 pub use task::{JobRestartPolicy, Priority, TaskSpec, TaskType};
 pub use validation::{FieldError, ValidationErrors};

@@ -21,8 +21,8 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use crate::endpoint::Endpoint;
 use crate::scale::{self, ApiError};
-use crate::server::Endpoint;
 use crate::slim::{self, SlimPod};
 
 /// Why a step of a wait ended before the wait was over: the next step comes after a pause.

@@ -3,6 +3,7 @@
 //! `di_client`'s rules and writes; the reconciler creates and deletes the pods.
 
 pub mod access;
+mod endpoint;
 mod follow;
 mod quota;
 pub mod scale;

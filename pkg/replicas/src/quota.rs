@@ -12,7 +12,7 @@ use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 use serde_json::Value;
 
-use crate::server::Endpoint;
+use crate::endpoint::Endpoint;
 
 /// What a scale-up of the job is checked against.
 pub enum Admission {

@@ -2,8 +2,6 @@
 //! `di_client`'s rules, written one at a time, and answered once the pods followed (`follow`).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -13,7 +11,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use di_api::DIJob;
-use di_api::contract::{Role, labels};
+use di_api::contract::Role;
 use di_api::pod::{role_of, url_of};
 use di_client::failed::{mark_failed, pod_name_of};
 use di_client::scale::{Affected, scale_down, scale_up};
@@ -21,81 +19,20 @@ use di_client::update::{UpdateError, Written, update_job};
 use di_client::wire::{Envelope, ReplicaRequest, Replicas};
 use di_client::{Refusal, same_job};
 use di_core::queue::collectors::above_core;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::ResourceExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 use tracing::info;
 
-use crate::access::{Access, Shared};
+use crate::access::Access;
+pub use crate::endpoint::Endpoint;
 use crate::follow::{until_current, wait_for, wait_for_replacements};
 use crate::quota::{self, Admission};
-use crate::scale::{self, ApiError, Scope, internal};
-use crate::slim::{self, SlimPod};
+use crate::scale::{self, ApiError};
 
 /// Largest request body; DI-engine's are a few hundred bytes.
 pub const MAX_BODY: usize = 64 * 1024;
-
-pub struct Endpoint {
-    pub client: Client,
-    pub scope: Scope,
-    /// How long an answer waits for the reconciler to create or remove the replicas.
-    pub wait: Duration,
-    /// The UID of the pod this endpoint runs in: it writes once the job's status names it.
-    pub pod_uid: String,
-    /// The job's status has named this pod as its coordinator (see `follow::until_current`).
-    pub(crate) current: AtomicBool,
-    /// One write at a time from this endpoint; optimistic concurrency covers other writers. Held
-    /// for the write only, never while a request waits for pods.
-    writing: Arc<Mutex<()>>,
-    /// The listing the network's readers share.
-    shared: Shared,
-}
-
-impl Endpoint {
-    pub fn new(client: Client, scope: Scope, wait: Duration, pod_uid: String) -> Arc<Endpoint> {
-        Arc::new(Endpoint {
-            client,
-            scope,
-            wait,
-            pod_uid,
-            current: AtomicBool::new(false),
-            writing: Arc::default(),
-            shared: Shared::default(),
-        })
-    }
-
-    pub(crate) fn jobs(&self) -> Api<DIJob> {
-        Api::namespaced(self.client.clone(), &self.scope.namespace)
-    }
-
-    /// The namespace's pods, as the endpoint reads them, and the selector of this job's.
-    pub(crate) fn pod_api(&self) -> (Api<SlimPod>, String) {
-        let api = Api::namespaced(self.client.clone(), &self.scope.namespace);
-        (api, format!("{}={}", labels::JOB_NAME, self.scope.job))
-    }
-
-    /// This request's turn to write, once the writes before it are in. Waiting for it is
-    /// cancellable: a request whose client goes meanwhile writes nothing.
-    async fn turn(&self) -> OwnedMutexGuard<()> {
-        self.writing.clone().lock_owned().await
-    }
-
-    pub(crate) async fn pods(&self) -> Result<Vec<Pod>, ApiError> {
-        let (api, selector) = self.pod_api();
-        Ok(slim::list(&api, &ListParams::default().labels(&selector)).await.map_err(internal)?.0)
-    }
-
-    /// The job's pods for a reader: listed now for the coordinator, shared by the network's.
-    async fn pods_for(&self, access: Access) -> Result<Arc<Vec<Pod>>, ApiError> {
-        match access {
-            Access::Coordinator => Ok(Arc::new(self.pods().await?)),
-            Access::Network => self.shared.get(|| self.pods()).await,
-        }
-    }
-}
 
 /// The endpoint's routes as one of its listeners serves them (`access`).
 pub fn router(endpoint: Arc<Endpoint>, access: Access) -> Router {

@@ -234,7 +234,7 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     // The flavor's node: the only one its labels select.
     let node = flavor_node(&s.cluster.client, &s.ns).await;
     let labels = json!({FLAVOR_LABEL: s.ns});
-    let queue = TestQueue::flavored(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE, labels).await;
+    let queue = TestQueue::flavored(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE, labels, &[]).await;
     submit(&s, "placed", "team-queue", 1, None).await;
     s.wait_phase("placed", Phase::Running).await;
     let params = ListParams::default().labels(&format!("{}=placed", di_api::contract::labels::JOB_NAME));
@@ -289,7 +289,7 @@ async fn a_topology_assignment_places_the_pods_in_their_domains() {
     let labels = json!({FLAVOR_LABEL: s.ns});
     let levels = [RACK_LABEL, "kubernetes.io/hostname"];
     let queue =
-        TestQueue::topology(&client, &s.ns, "team-queue", &[("cpu", "1"), ("memory", "100Gi")], labels, &levels).await;
+        TestQueue::flavored(&client, &s.ns, "team-queue", &[("cpu", "1"), ("memory", "100Gi")], labels, &levels).await;
     let mut container = s.nodes.container();
     container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
     let mut pod = s.nodes.pod_spec();

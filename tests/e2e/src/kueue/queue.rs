@@ -22,34 +22,13 @@ impl TestQueue {
     /// A queue `local` in `ns` of `quota` (resource, quantity), whose workloads preempt
     /// lower-priority ones.
     pub async fn create(client: &Client, ns: &str, local: &str, quota: &[(&str, &str)]) -> TestQueue {
-        Self::flavored(client, ns, local, quota, json!({})).await
+        Self::flavored(client, ns, local, quota, json!({}), &[]).await
     }
 
-    /// As [`TestQueue::create`], its flavor's nodes those labelled `node_labels`.
+    /// As [`TestQueue::create`], its flavor's nodes those labelled `node_labels`, and placing pods
+    /// by topology (Kueue's TAS) when `levels` are given: a Topology of the scenario's name whose
+    /// levels are those node labels, broadest first.
     pub async fn flavored(
-        client: &Client,
-        ns: &str,
-        local: &str,
-        quota: &[(&str, &str)],
-        node_labels: serde_json::Value,
-    ) -> TestQueue {
-        Self::make(client, ns, local, quota, node_labels, &[]).await
-    }
-
-    /// As [`TestQueue::flavored`], its flavor placing pods by topology (Kueue's TAS): a Topology
-    /// of the scenario's name whose levels are the node labels `levels`, broadest first.
-    pub async fn topology(
-        client: &Client,
-        ns: &str,
-        local: &str,
-        quota: &[(&str, &str)],
-        node_labels: serde_json::Value,
-        levels: &[&str],
-    ) -> TestQueue {
-        Self::make(client, ns, local, quota, node_labels, levels).await
-    }
-
-    async fn make(
         client: &Client,
         ns: &str,
         local: &str,
