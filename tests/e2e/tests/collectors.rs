@@ -10,17 +10,18 @@ use di_api::contract::labels;
 use di_api::{DIJob, Phase};
 use di_e2e::cluster::within;
 use di_e2e::kueue::jobs::REPLICA_CPU;
-use di_e2e::kueue::{self, Cohort, Share};
+use di_e2e::kueue::{self, Cohort, Share, TestQueue};
 use di_e2e::scenario::Scenario;
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 /// A role job in LocalQueue `queue`: a coordinator and `collectors` collectors of
 /// [`REPLICA_CPU`] each, the first `core` of them in its core.
-async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, core: Option<i32>) {
+async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, core: Option<i32>, class: Option<&str>) {
     let mut container = s.nodes.container();
     container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
     let mut pod = s.nodes.pod_spec();
@@ -29,12 +30,49 @@ async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, core: Op
     if let Some(core) = core {
         collector["minReplicas"] = json!(core);
     }
-    let job = json!({
+    let mut job = json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
         "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
         "spec": {"coordinator": {"template": {"spec": pod}}, "collector": collector},
     });
+    if let Some(class) = class {
+        job["spec"]["priorityClassName"] = json!(class);
+    }
     s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
+}
+
+/// In one ClusterQueue, a higher-priority job takes the collectors above a lower job's core,
+/// whose Workloads are one below its priority, before any core: the lower job keeps running.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_higher_priority_job_takes_collectors_before_any_core() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "above-core", &[])).await;
+    let classes: Api<PriorityClass> = Api::all(s.cluster.client.clone());
+    let high = format!("{}-high", s.ns);
+    let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high}, "value": 1000});
+    classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
+    // 300m: the low job's core (110m) and 3 collectors above it (150m) leave 40m.
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "300m"), ("memory", "100Gi")]).await;
+    submit(&s, "low", "team-queue", 4, Some(1), None).await;
+    s.wait_phase("low", Phase::Running).await;
+    until_running(&s, "low", 5).await;
+    let coordinator = uid(&s, "low-coordinator").await;
+
+    // The high job needs 110m: two of the low job's collectors go, its core stays.
+    submit(&s, "high", "team-queue", 1, None, Some(&high)).await;
+    s.wait_phase("high", Phase::Running).await;
+    until_running(&s, "high", 2).await;
+    let kept = until_running(&s, "low", 3).await;
+    assert!(kept.contains("low-coordinator") && kept.contains("low-collector-0"), "{kept:?}");
+    assert_eq!(uid(&s, "low-coordinator").await, coordinator, "the core untouched");
+    let low = s.jobs.get("low").await.unwrap().status.unwrap_or_default();
+    assert_eq!((low.phase, low.restarts.unwrap_or(0)), (Some(Phase::Running), 0));
+    drop(s);
+    queue.delete().await;
+    classes.delete(&high, &DeleteParams::default()).await.unwrap();
+    kueue.stop().await;
 }
 
 /// The job's running pods (not being deleted), by name.
@@ -82,7 +120,7 @@ async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
         &[("cpu", "200m"), ("memory", "100Gi")],
     )
     .await;
-    submit(&s, "lender-free", "team-a", 1, Some(1)).await;
+    submit(&s, "lender-free", "team-a", 1, Some(1), None).await;
     s.wait_phase("lender-free", Phase::Running).await;
     until_running(&s, "lender-free", 2).await;
     let coordinator = uid(&s, "lender-free-coordinator").await;
@@ -94,7 +132,7 @@ async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
     until_running(&s, "lender-free", 5).await;
 
     // b comes: 160m of its own 200m, of which a borrows 110m. Two of a's collectors go.
-    submit(&s, "owner", "team-b", 2, None).await;
+    submit(&s, "owner", "team-b", 2, None, None).await;
     s.wait_phase("owner", Phase::Running).await;
     until_running(&s, "owner", 3).await;
     let kept = until_running(&s, "lender-free", 3).await;
