@@ -14,7 +14,7 @@ use di_e2e::kueue::{self, Cohort, Share, TestQueue};
 use di_e2e::scenario::Scenario;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -154,6 +154,74 @@ async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
     within(Duration::from_secs(60), "b's job gone", await_condition(s.jobs.clone(), "owner", gone)).await.unwrap();
     until_running(&s, "lender-free", 5).await;
     assert_eq!(uid(&s, "lender-free-coordinator").await, coordinator, "the coordinator's pod untouched");
+    drop(s);
+    cohort.delete().await;
+    kueue.stop().await;
+}
+
+/// The orchestrator killed (`kill -9`) the moment a reclaim begins: started again, it finishes
+/// it. Every collector Workload is the one made before (no Workload made twice), and no collector
+/// runs whose Workload is not admitted (none on quota already given back).
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
+    // Alone: on kind the kill takes the deployed orchestrator, which the other scenarios need.
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Alone).await else { return };
+    let mut s = Box::pin(Scenario::on(cluster, "reclaim-crash", &[])).await;
+    let cohort = Cohort::create(
+        &s.cluster.client,
+        &s.ns,
+        &[("cpu", "150m"), ("memory", "100Gi")],
+        &[("cpu", "200m"), ("memory", "100Gi")],
+    )
+    .await;
+    submit(&s, "lender", "team-a", 4, Some(1), None).await;
+    s.wait_phase("lender", Phase::Running).await;
+    until_running(&s, "lender", 5).await;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
+    let before: BTreeSet<(String, String)> = workloads
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|w| (w.name_any(), w.uid().unwrap()))
+        .collect();
+    assert_eq!(before.len(), 4, "the core's and 3 collectors': {before:?}");
+
+    submit(&s, "owner", "team-b", 2, None, None).await;
+    s.orchestrator.kill().await;
+    s.orchestrator.restart().await;
+    s.wait_phase("owner", Phase::Running).await;
+    until_running(&s, "owner", 3).await;
+    until_running(&s, "lender", 3).await;
+
+    let after = workloads.list(&ListParams::default()).await.unwrap().items;
+    let lender: BTreeSet<(String, String)> = after
+        .iter()
+        .filter(|w| w.name_any().starts_with("dijob-lender-"))
+        .map(|w| (w.name_any(), w.uid().unwrap()))
+        .collect();
+    assert_eq!(lender, before, "each of the lender's Workloads is the one made before the kill");
+    // A collector above the core (index 1 and up) and its Workload, `dijob-<job>-<uid>-collector-<i>`.
+    let admitted = |index: &str| {
+        let suffix = format!("-collector-{index}");
+        after.iter().find(|w| w.name_any().starts_with("dijob-lender-") && w.name_any().ends_with(&suffix)).is_some_and(
+            |w| {
+                w.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Admitted" && c["status"] == "True"))
+            },
+        )
+    };
+    let job: DIJob = s.jobs.get("lender").await.unwrap();
+    for pod in running(&s, "lender").await {
+        if let Some(index) = pod.strip_prefix("lender-collector-").filter(|i| *i != "0") {
+            assert!(admitted(index), "{pod} runs though its Workload is not admitted");
+        }
+    }
+    assert_eq!(job.status.and_then(|st| st.restarts).unwrap_or(0), 0, "no restart counted");
     drop(s);
     cohort.delete().await;
     kueue.stop().await;
