@@ -146,7 +146,8 @@ async fn act(
         Action::CreateRbac(_) | Action::EnsureNamespaceIdentity => !unseen_pods.contains(&coordinator),
         Action::CreateService(service) => !unseen_services.contains(&service.name_any()),
         // What the pods do is reported once the cache shows every pod this process created.
-        Action::WriteWorkloadStatus(_) => unseen_pods.is_empty(),
+        // Nor is a Workload given back while a pod it admitted may not be in the cache yet.
+        Action::WriteWorkloadStatus(_) | Action::DeleteWorkload { .. } => unseen_pods.is_empty(),
         _ => true,
     });
     let cache_behind = plan.actions.len() < planned;
@@ -288,15 +289,18 @@ fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action])
 }
 
 /// Whether the plan creates the first pods of a job its queue has just admitted, while the job's
-/// status still says it waits (`Queued=True`). The webhook lets a waiting job leave its queue, so
+/// status does not say so yet (it says `Queued=True`, or was never written). The webhook lets a waiting job leave its queue, so
 /// the status says admitted before any pod exists: a job with pods is never taken out of its
 /// queue on the word of a status that was true only before them.
 fn admitted_now(job: &DIJob, plan: &Plan) -> bool {
     use di_api::contract::kueue::QUEUED;
-    let waits =
-        |conditions: &[di_api::DIJobCondition]| conditions.iter().any(|c| c.type_ == QUEUED && c.status == "True");
-    let waited = job.status.as_ref().is_some_and(|s| waits(&s.conditions));
-    waited && !waits(&plan.status.conditions) && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(_)))
+    let says = |conditions: &[di_api::DIJobCondition], status: &str| {
+        conditions.iter().any(|c| c.type_ == QUEUED && c.status == status)
+    };
+    // Recorded as waiting, or not recorded at all (a first status write that failed).
+    let recorded_admitted = job.status.as_ref().is_some_and(|s| says(&s.conditions, "False"));
+    let admitted = says(&plan.status.conditions, "False");
+    admitted && !recorded_admitted && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(_)))
 }
 
 /// Whether the plan creates a coordinator for a job that has had one: its status says so.

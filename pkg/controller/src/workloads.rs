@@ -124,20 +124,17 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
         .get(&ObjectRef::new_with(&name, queue::workload_kind()).within(&namespace))
         .filter(|w| w.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
         .map(|w| serde_json::to_value(&*w).unwrap_or_default());
+    let collectors = collector_workloads(kueue, job, &namespace, &uid);
     if !queued {
-        return workload.map(|w| Queue::Kueue {
-            workload: Some(w),
-            flavors: BTreeMap::new(),
-            priority: None,
-            collectors: BTreeMap::new(),
-        });
+        // Left from when the job was in a queue: they go (`queue::attach`).
+        let left = workload.is_some() || !collectors.is_empty();
+        return left.then(|| Queue::Kueue { workload, flavors: BTreeMap::new(), priority: None, collectors });
     }
     let flavors: BTreeMap<String, serde_json::Value> =
         kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
     let class = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
     let priority =
         class.and_then(|c| kueue.priorities.get(&ObjectRef::new(c)).map(|p| (c.to_owned(), p.value.unwrap_or(0))));
-    let collectors = collector_workloads(kueue, job, &namespace, &uid);
     Some(Queue::Kueue { workload, flavors, priority, collectors })
 }
 

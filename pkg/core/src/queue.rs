@@ -232,10 +232,12 @@ pub fn attach(
         return Ok(held);
     };
     let Some(name) = queue_name(job) else {
-        // A Workload left from when the job was in a queue: it goes, with what it waits for.
+        // A Workload left from when the job was in a queue: it goes, with what it waits for; a
+        // collector's once its pod no longer may run on it.
         if let Some(workload) = workload {
             plan.actions.push(delete_workload(workload));
         }
+        plan.actions.extend(collectors::left_behind(job, world, collectors));
         return Ok(held);
     };
     let finished = plan.status.phase.filter(|p| p.is_finished());
@@ -324,7 +326,8 @@ pub fn attach(
         });
     }
     let core_admitted = matches!(standing(name, queue), Standing::Admitted { .. });
-    let queued = collectors::Queued { name, core_admitted, collectors, flavors, priority: priority.as_ref() };
+    let core_priority = workload["spec"]["priority"].as_i64().unwrap_or(0);
+    let queued = collectors::Queued { name, core_admitted, collectors, flavors, core_priority };
     collectors::attach(job, world, &queued, &wanted, settings, plan, &mut held)?;
     let status = &plan.status;
     // Ready: every pod of the core that may run (up to what was admitted) is ready or has ended

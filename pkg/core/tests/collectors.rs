@@ -177,3 +177,40 @@ fn written_to(plan: &Plan, index: u32) -> bool {
 fn deletes_workload(plan: &Plan) -> bool {
     plan.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { name, .. } if name.ends_with("collector-1")))
 }
+
+/// A collector whose Workload is gone (deleted by hand, or by Kueue's retention) runs on no
+/// admission: its pod goes while a new Workload is made, and comes back once that one is admitted.
+#[test]
+fn a_collector_whose_workload_is_gone_stops_until_its_new_one_is_admitted() {
+    let job = elastic(2);
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let plan = decide(&job, &pods, &services, core_of(&job), BTreeMap::new());
+    let deleted: Vec<&str> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DeletePod { name, why: Why::Reclaimed, .. } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, ["job-collector-1"]);
+    assert_eq!(made(&plan), [workload_name(&job, 1)]);
+}
+
+/// A collector above the core that has succeeded gives its quota back (its Workload says
+/// Finished) and is neither deleted nor made again.
+#[test]
+fn a_succeeded_collector_above_the_core_finishes_its_workload() {
+    let job = elastic(2);
+    let one = admit(workload_of(&decide(&job, &[], &[], core_of(&job), BTreeMap::new()), 1), &[("collector", 1)]);
+    let phase = |name: &str| Some(if name.ends_with("collector-1") { "Succeeded" } else { "Running" });
+    let (pods, services) = world_of(&job, phase);
+    let plan = decide(&job, &pods, &services, core_of(&job), BTreeMap::from([(1, evict(one))]));
+    assert!(created(&plan.actions).is_empty());
+    assert!(!plan.actions.iter().any(|a| matches!(a, Action::DeletePod { .. })), "{:?}", plan.actions);
+    let finished = plan.actions.iter().any(|a| {
+        matches!(a, Action::WriteWorkloadStatus(w) if w["status"]["conditions"].as_array().unwrap().iter()
+            .any(|c| c["type"] == "Finished" && c["status"] == "True"))
+    });
+    assert!(finished, "{:?}", plan.actions);
+}

@@ -5,7 +5,8 @@
 //! on its own when the quota is reclaimed: its pod alone goes (not counted as a restart), the
 //! eviction is acknowledged once the pod is gone, and the pod comes back when Kueue admits the
 //! Workload again. A collector Workload is made only while the core is admitted, so no collector
-//! ever holds quota while its core waits, and none is deleted while its pod may still run.
+//! ever holds quota while its core waits, and none is given back while its pod may still run
+//! (terminating included); a pod whose Workload is gone stops until its new one is admitted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,10 +21,16 @@ use super::workload::{made_of, place, pod_sets};
 use super::{Standing, delete_workload, is_true};
 use crate::decision::{Action, Plan, Why, World, delete_pod};
 use crate::desired::{BuildError, Settings};
-use crate::status::{is_active, is_ready, is_terminating};
+use crate::status::{is_ready, is_terminating, pod_phase};
 
 /// The job's condition that says how its collectors above the core stand.
 pub const COLLECTORS_QUEUED: &str = "CollectorsQueued";
+
+/// Whether `pod` may still run: it exists and has not ended, terminating or not. A collector's
+/// Workload gives its quota back only once its pod no longer may.
+fn may_run(pod: Option<&Pod>) -> bool {
+    pod.is_some_and(|p| !matches!(pod_phase(p), "Succeeded" | "Failed"))
+}
 
 /// The name of the Workload of collector `index` (above the core).
 pub fn workload_name(job: &DIJob, index: u32) -> String {
@@ -37,19 +44,20 @@ pub fn above_core(job: &DIJob, pod: &str) -> Option<u32> {
     (index >= min).then_some(index)
 }
 
-/// A collector's Workload: one podSet of its one pod, at one below the core's priority, so that
-/// Kueue takes collectors before any core.
+/// A collector's Workload: one podSet of its one pod, at one below its core's priority (as the
+/// core's Workload carries it), so that Kueue takes a job's collectors before its own core and
+/// before the core of any job of the same priority.
 fn made(
     job: &DIJob,
     queue: &str,
     index: u32,
     pod: &Pod,
-    priority: Option<&(String, i32)>,
+    core_priority: i64,
     settings: &Settings,
 ) -> Result<Value, BuildError> {
     let mut workload = made_of(job, queue, None, &pod_sets(std::slice::from_ref(pod)), settings)?;
     workload["metadata"]["name"] = json!(workload_name(job, index));
-    workload["spec"]["priority"] = json!(priority.map_or(0, |(_, value)| *value).saturating_sub(1));
+    workload["spec"]["priority"] = json!(core_priority.saturating_sub(1).max(i64::from(i32::MIN)));
     Ok(workload)
 }
 
@@ -62,8 +70,8 @@ pub(super) struct Queued<'a> {
     /// The collectors' Workloads, by index.
     pub collectors: &'a BTreeMap<u32, Value>,
     pub flavors: &'a BTreeMap<String, Value>,
-    /// The job's PriorityClass and its value.
-    pub priority: Option<&'a (String, i32)>,
+    /// The core Workload's priority (`spec.priority`; 0 without one).
+    pub core_priority: i64,
 }
 
 /// How the job's collectors above the core stand, for its condition.
@@ -88,7 +96,7 @@ pub(super) fn attach(
     plan: &mut Plan,
     held: &mut BTreeSet<String>,
 ) -> Result<(), BuildError> {
-    let Queued { name: queue, core_admitted, collectors, flavors, priority } = *queued;
+    let Queued { name: queue, core_admitted, collectors, flavors, core_priority } = *queued;
     let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return Ok(()) };
     let finished = plan.status.phase.is_some_and(|p| p.is_finished());
     let asked = job.spec.collector_replicas().max(0) as u32;
@@ -104,9 +112,14 @@ pub(super) fn attach(
             if runs {
                 count.above += 1;
                 count.waiting += 1;
+                // A pod whose Workload is gone (deleted by hand, or by Kueue's retention) runs on
+                // no admission: it goes, and comes back with its new Workload's.
+                if let Some(pod) = pod.filter(|p| !is_terminating(p) && pod_phase(p) != "Succeeded") {
+                    actions.push(delete_pod(pod, Why::Reclaimed));
+                }
                 if let Some(template) = wanted.iter().find(|p| p.name_any() == name) {
-                    actions
-                        .push(Action::CreateWorkload(Box::new(made(job, queue, index, template, priority, settings)?)));
+                    let made = made(job, queue, index, template, core_priority, settings)?;
+                    actions.push(Action::CreateWorkload(Box::new(made)));
                 }
             }
             continue;
@@ -114,7 +127,10 @@ pub(super) fn attach(
         count.above += 1;
         let admitted = matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
         let evicted = is_true(workload, "Evicted");
-        if !admitted {
+        // A collector that has succeeded is done: its Workload says Finished, which gives its
+        // quota back, and it is never made again nor deleted as reclaimed.
+        let succeeded = pod.is_some_and(|p| pod_phase(p) == "Succeeded");
+        if !admitted && !succeeded {
             held.insert(name.clone());
             count.waiting += 1;
             count.preempted += usize::from(evicted);
@@ -122,8 +138,12 @@ pub(super) fn attach(
                 actions.push(delete_pod(pod, Why::Reclaimed));
             }
         }
-        let seen =
-            Report { ready: pod.is_some_and(is_ready), pods_active: pod.is_some_and(is_active), ..Report::default() };
+        let seen = Report {
+            ready: pod.is_some_and(is_ready),
+            pods_active: may_run(pod),
+            finished: succeeded.then_some(true),
+            ..Report::default()
+        };
         if let Some(reported) = report(workload, &seen, world.now) {
             let mut written = workload.clone();
             written["status"] = reported;
@@ -134,7 +154,7 @@ pub(super) fn attach(
     // given back once their pod has gone.
     for (index, workload) in collectors {
         let asked_for = *index < asked && core_admitted && !finished;
-        if !asked_for && !pod_of(*index).is_some_and(is_active) {
+        if !asked_for && !may_run(pod_of(*index)) {
             actions.push(delete_workload(workload));
         }
     }
@@ -151,12 +171,23 @@ pub(super) fn attach(
     Ok(())
 }
 
+/// The deletes of the collector Workloads of a job taken out of its queue, each once its pod no
+/// longer may run on it.
+pub(super) fn left_behind(job: &DIJob, world: &World, collectors: &BTreeMap<u32, Value>) -> Vec<Action> {
+    let pod_of = |index: u32| world.pods.iter().copied().find(|p| above_core(job, &p.name_any()) == Some(index));
+    collectors.iter().filter(|(i, _)| !may_run(pod_of(**i))).map(|(_, w)| delete_workload(w)).collect()
+}
+
 /// The condition `CollectorsQueued`: True while collectors above the core wait for quota.
 fn say(queue: &str, count: &Count, world: &World, plan: &mut Plan) {
     if count.above == 0 && !plan.status.conditions.iter().any(|c| c.type_ == COLLECTORS_QUEUED) {
         return;
     }
     let (reason, message) = match count {
+        Count { above: 0, .. } => (
+            "NoneAbove",
+            "no collector above the job's core runs or waits (the core is not admitted, or asks for none)".into(),
+        ),
         Count { waiting: 0, above, .. } => {
             ("Admitted", format!("the {above} collector(s) above the job's core are admitted from queue {queue}"))
         }
