@@ -3,12 +3,13 @@
 //! deployed there (`di_e2e::kueue`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::contract::labels;
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::within;
+use di_e2e::cluster::{until_watched, within};
 use di_e2e::kueue::jobs::REPLICA_CPU;
 use di_e2e::kueue::{self, Cohort, Share, TestQueue};
 use di_e2e::scenario::Scenario;
@@ -16,8 +17,16 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+
+/// Team a's quota in the cohort scenarios: a job's core (a coordinator of 60m with the sidecar,
+/// one collector of 50m) and no more. (The sidecar's memory request needs some memory quota too,
+/// which neither team borrows.)
+const TEAM_A: [(&str, &str); 2] = [("cpu", "150m"), ("memory", "100Gi")];
+/// Team b's: a coordinator and two collectors (160m), and 40m to spare.
+const TEAM_B: [(&str, &str); 2] = [("cpu", "200m"), ("memory", "100Gi")];
 
 /// A role job in LocalQueue `queue`: a coordinator and `collectors` collectors of
 /// [`REPLICA_CPU`] each, the first `core` of them in its core.
@@ -75,26 +84,24 @@ async fn a_higher_priority_job_takes_collectors_before_any_core() {
     kueue.stop().await;
 }
 
-/// The job's running pods (not being deleted), by name.
-async fn running(s: &Scenario, job: &str) -> BTreeSet<String> {
-    let params = ListParams::default().labels(&format!("{}={job}", labels::JOB_NAME));
-    let pods = s.pods.list(&params).await.unwrap().items;
+/// The names of `pods` that run (not being deleted).
+fn running(pods: &[Arc<Pod>]) -> BTreeSet<String> {
     let runs = |p: &Pod| {
         p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     };
     pods.iter().filter(|p| runs(p)).map(|p| p.name_any()).collect()
 }
 
-/// Waits until `job` has `count` running pods (a minute at most).
+/// Waits, on a watch of its pods, until `job` has `count` running pods (a minute at most); their
+/// names.
 async fn until_running(s: &Scenario, job: &str, count: usize) -> BTreeSet<String> {
-    for _ in 0..600 {
-        let now = running(s, job).await;
-        if now.len() == count {
-            return now;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("job {job} never had {count} running pods: {:?}\n{}", running(s, job).await, s.orchestrator.log());
+    let pods = watcher::Config::default().labels(&format!("{}={job}", labels::JOB_NAME));
+    let what = format!("job {job} to have {count} running pods");
+    until_watched(s.pods.clone(), pods, (), Duration::from_secs(60), &what, |all| {
+        let now = running(all);
+        (now.len() == count).then_some(now)
+    })
+    .await
 }
 
 async fn uid(s: &Scenario, pod: &str) -> String {
@@ -110,16 +117,7 @@ async fn uid(s: &Scenario, pod: &str) -> String {
 async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
     let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
     let s = Box::pin(Scenario::on(cluster, "borrow", &[])).await;
-    // a: its core (a coordinator of 60m with the sidecar, one collector of 50m) and no more.
-    // b: a coordinator and two collectors (160m).
-    // (The sidecar's memory request needs some memory quota too, which neither team borrows.)
-    let cohort = Cohort::create(
-        &s.cluster.client,
-        &s.ns,
-        &[("cpu", "150m"), ("memory", "100Gi")],
-        &[("cpu", "200m"), ("memory", "100Gi")],
-    )
-    .await;
+    let cohort = Cohort::create(&s.cluster.client, &s.ns, &TEAM_A, &TEAM_B).await;
     submit(&s, "lender-free", "team-a", 1, Some(1), None).await;
     s.wait_phase("lender-free", Phase::Running).await;
     until_running(&s, "lender-free", 2).await;
@@ -168,13 +166,7 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
     // Alone: on kind the kill takes the deployed orchestrator, which the other scenarios need.
     let Some((kueue, cluster)) = kueue::with_kueue(Share::Alone).await else { return };
     let mut s = Box::pin(Scenario::on(cluster, "reclaim-crash", &[])).await;
-    let cohort = Cohort::create(
-        &s.cluster.client,
-        &s.ns,
-        &[("cpu", "150m"), ("memory", "100Gi")],
-        &[("cpu", "200m"), ("memory", "100Gi")],
-    )
-    .await;
+    let cohort = Cohort::create(&s.cluster.client, &s.ns, &TEAM_A, &TEAM_B).await;
     submit(&s, "lender", "team-a", 4, Some(1), None).await;
     s.wait_phase("lender", Phase::Running).await;
     until_running(&s, "lender", 5).await;
@@ -195,7 +187,7 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
     s.orchestrator.restart().await;
     s.wait_phase("owner", Phase::Running).await;
     until_running(&s, "owner", 3).await;
-    until_running(&s, "lender", 3).await;
+    let lender_pods = until_running(&s, "lender", 3).await;
 
     let after = workloads.list(&ListParams::default()).await.unwrap().items;
     let lender: BTreeSet<(String, String)> = after
@@ -216,7 +208,7 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
         )
     };
     let job: DIJob = s.jobs.get("lender").await.unwrap();
-    for pod in running(&s, "lender").await {
+    for pod in lender_pods {
         if let Some(index) = pod.strip_prefix("lender-collector-").filter(|i| *i != "0") {
             assert!(admitted(index), "{pod} runs though its Workload is not admitted");
         }

@@ -7,6 +7,7 @@
 
 use di_api::Phase;
 use di_api::contract::{COORDINATOR_ENDPOINT_PORT, REPLICAS_PORT};
+use di_e2e::cluster::within;
 use di_e2e::nodes::{REAL_IMAGE, WAIT_FOR_EXIT, real_nodes};
 use di_e2e::ports::free_port;
 use di_e2e::scenario::{Scenario, names};
@@ -108,22 +109,27 @@ async fn a_port_forward_to_the_coordinator_reads_its_endpoint_and_changes_nothin
         .arg(format!("{network}:{REPLICAS_PORT}"))
         .arg(format!("{own}:{COORDINATOR_ENDPOINT_PORT}"))
         .env("KUBECONFIG", &s.cluster.kubeconfig)
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("kubectl port-forward");
-    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
-    let health = format!("http://127.0.0.1:{network}/healthz");
-    let mut forwarded = false;
-    for _ in 0..60 {
-        if http.get(&health).send().await.is_ok_and(|r| r.status().is_success()) {
-            forwarded = true;
-            break;
+    // kubectl says "Forwarding from 127.0.0.1:<port> -> <port>" once it listens on each port.
+    let said = forward.stdout.take().expect("kubectl's output");
+    let listening = async {
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(said));
+        let mut waiting: Vec<String> =
+            [network, own].iter().map(|p| format!("Forwarding from 127.0.0.1:{p} ")).collect();
+        while !waiting.is_empty() {
+            let line = lines.next_line().await.unwrap().expect("kubectl port-forward exited");
+            waiting.retain(|w| !line.starts_with(w.as_str()));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
-    assert!(forwarded, "the port-forward never answered");
+        lines
+    };
+    let _kept_open = within(std::time::Duration::from_secs(60), "the port-forward to listen", listening).await;
+    let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
+    let health = http.get(format!("http://127.0.0.1:{network}/healthz")).send().await.unwrap();
+    assert!(health.status().is_success(), "the endpoint answered {} through the port-forward", health.status());
 
     let ns = &s.ns;
     let list = format!("http://127.0.0.1:{network}/v1alpha1/replicas?namespace={ns}&coordinator=fwd-coordinator");

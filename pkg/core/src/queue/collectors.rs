@@ -32,6 +32,11 @@ fn may_run(pod: Option<&Pod>) -> bool {
     pod.is_some_and(|p| !matches!(pod_phase(p), "Succeeded" | "Failed"))
 }
 
+/// The pod of collector `index` above the core, if it exists.
+fn pod_of<'a>(job: &DIJob, world: &World<'a>, index: u32) -> Option<&'a Pod> {
+    world.pods.iter().copied().find(|p| above_core(job, &p.name_any()) == Some(index))
+}
+
 /// The name of the Workload of collector `index` (above the core).
 pub fn workload_name(job: &DIJob, index: u32) -> String {
     format!("{}-collector-{index}", super::workload_name(job))
@@ -100,7 +105,7 @@ pub(super) fn attach(
     let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return Ok(()) };
     let finished = plan.status.phase.is_some_and(|p| p.is_finished());
     let asked = job.spec.collector_replicas().max(0) as u32;
-    let pod_of = |index: u32| world.pods.iter().copied().find(|p| above_core(job, &p.name_any()) == Some(index));
+    let pod_of = |index: u32| pod_of(job, world, index);
     let mut count = Count::default();
     let mut actions = vec![];
     for index in min..asked {
@@ -174,8 +179,7 @@ pub(super) fn attach(
 /// The deletes of the collector Workloads of a job taken out of its queue, each once its pod no
 /// longer may run on it.
 pub(super) fn left_behind(job: &DIJob, world: &World, collectors: &BTreeMap<u32, Value>) -> Vec<Action> {
-    let pod_of = |index: u32| world.pods.iter().copied().find(|p| above_core(job, &p.name_any()) == Some(index));
-    collectors.iter().filter(|(i, _)| !may_run(pod_of(**i))).map(|(_, w)| delete_workload(w)).collect()
+    collectors.iter().filter(|(i, _)| !may_run(pod_of(job, world, **i))).map(|(_, w)| delete_workload(w)).collect()
 }
 
 /// The condition `CollectorsQueued`: True while collectors above the core wait for quota.
