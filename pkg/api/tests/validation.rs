@@ -1,23 +1,15 @@
 //! Every validation rule, table-driven: each case breaks one thing in a valid job and expects
 //! exactly one error, at the right field, with a message that says how to fix it.
-//!
-//! Over 400 lines on purpose: one table row per rule, which is the point of the file.
+//! The coordinator's own rules (what keeps its replica endpoint its own) are `coordinator.rs`.
 
 mod common;
 
-use common::{Mutation, defaulted, pod, set_json, valid_job};
+use common::{Mutation, defaulted, each_refused_once, errors, pod, set_json, valid_job};
 use di_api::defaults::default_aggregator_config;
 use di_api::validation::{validate_aggregator_config, validate_dijob};
-use di_api::{AggregatorConfig, CollectorSpec, DIJob};
+use di_api::{AggregatorConfig, CollectorSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::json;
-
-fn errors(job: DIJob) -> Vec<(String, String)> {
-    match validate_dijob(&defaulted(job)) {
-        Ok(()) => vec![],
-        Err(e) => e.0.into_iter().map(|e| (e.path, e.message)).collect(),
-    }
-}
 
 #[test]
 fn valid_jobs_pass() {
@@ -332,51 +324,6 @@ fn each_rule_rejects_with_field_and_fix() {
             "the name must not be empty",
         ),
         (
-            "coordinator container named like the sidecar",
-            |j| pod(j, "coordinator").containers[0].name = "di-replicas".into(),
-            "spec.coordinator.template.spec.containers[0].name",
-            "the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container",
-        ),
-        (
-            "coordinator init container named like the sidecar",
-            |j| {
-                pod(j, "coordinator").init_containers =
-                    Some(set_json(json!([{"name": "di-replicas", "image": "busybox"}])))
-            },
-            "spec.coordinator.template.spec.initContainers[0].name",
-            "the name is reserved for the replica endpoint sidecar the orchestrator adds; rename the container",
-        ),
-        (
-            "coordinator port of the sidecar",
-            |j| {
-                pod(j, "coordinator").containers[0].ports =
-                    Some(set_json(json!([{"name": "di-port", "containerPort": 22280}])));
-            },
-            "spec.coordinator.template.spec.containers[0].ports[0].containerPort",
-            "Invalid value: 22280: the port is reserved for the replica endpoint sidecar",
-        ),
-        (
-            "coordinator port of the sidecar's own address",
-            |j| {
-                pod(j, "coordinator").containers[0].ports =
-                    Some(set_json(json!([{"name": "di-port", "containerPort": 22273}, {"containerPort": 22281}])));
-            },
-            "spec.coordinator.template.spec.containers[0].ports[1].containerPort",
-            "Invalid value: 22281: the port is reserved for the replica endpoint sidecar",
-        ),
-        (
-            "coordinator on the node's network",
-            |j| pod(j, "coordinator").host_network = Some(true),
-            "spec.coordinator.template.spec.hostNetwork",
-            "every process of the node reaches; remove hostNetwork from the coordinator",
-        ),
-        (
-            "coordinator as the namespace's default account",
-            |j| pod(j, "coordinator").service_account_name = Some("default".into()),
-            "spec.coordinator.template.spec.serviceAccountName",
-            "name an account of the coordinator's own, or leave it unset",
-        ),
-        (
             "invalid priority class",
             |j| j.spec.priority_class_name = Some("High Priority".into()),
             "spec.priorityClassName",
@@ -395,14 +342,7 @@ fn each_rule_rejects_with_field_and_fix() {
             "Invalid value: -5: must be 0 or more",
         ),
     ];
-    for (name, mutate, path, message) in cases {
-        let mut job = valid_job();
-        mutate(&mut job);
-        let got = errors(job);
-        assert_eq!(got.len(), 1, "{name}: want exactly one error, got {got:#?}");
-        assert_eq!(got[0].0, path, "{name}");
-        assert!(got[0].1.contains(message), "{name}: message {:?} lacks {message:?}", got[0].1);
-    }
+    each_refused_once(cases);
 }
 
 #[test]

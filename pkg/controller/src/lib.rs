@@ -17,6 +17,7 @@ pub mod index;
 pub mod later;
 pub mod leader;
 pub mod metrics;
+mod order;
 pub mod owner;
 pub mod pace;
 mod pass;

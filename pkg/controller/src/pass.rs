@@ -23,6 +23,7 @@ use crate::desired;
 use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
+use crate::order::{admitted_now, deletes_by_spec, recreates_coordinator};
 use crate::pace;
 use crate::plan;
 use crate::record::{record_status, write_status};
@@ -286,39 +287,6 @@ fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action])
         held.extend(holder.map(|h| (name, h)));
     }
     held
-}
-
-/// Whether the plan creates the first pods of a job its queue has just admitted, while the job's
-/// status does not say so yet (it says `Queued=True`, or was never written). The webhook lets a waiting job leave its queue, so
-/// the status says admitted before any pod exists: a job with pods is never taken out of its
-/// queue on the word of a status that was true only before them.
-fn admitted_now(job: &DIJob, plan: &Plan) -> bool {
-    use di_api::contract::kueue::QUEUED;
-    let says = |conditions: &[di_api::DIJobCondition], status: &str| {
-        conditions.iter().any(|c| c.type_ == QUEUED && c.status == status)
-    };
-    // Recorded as waiting, or not recorded at all (a first status write that failed).
-    let recorded_admitted = job.status.as_ref().is_some_and(|s| says(&s.conditions, "False"));
-    let admitted = says(&plan.status.conditions, "False");
-    admitted && !recorded_admitted && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(_)))
-}
-
-/// Whether the plan creates a coordinator for a job that has had one: its status says so.
-fn recreates_coordinator(job: &DIJob, plan: &Plan) -> bool {
-    let coordinator = names::coordinator(&job.name_any());
-    job.status.as_ref().is_some_and(|s| s.phase.is_some())
-        && plan.actions.iter().any(|a| matches!(a, Action::CreatePod(pod) if pod.name_any() == coordinator))
-}
-
-/// Whether the plan deletes what the job's spec no longer asks for: replicas scaled away, a
-/// suspended job's pods, a task job's pods built for an older peer set.
-fn deletes_by_spec(plan: &Plan) -> bool {
-    use crate::decision::Why;
-    plan.actions.iter().any(|a| match a {
-        Action::DeletePod { why, .. } => matches!(why, Why::ScaledDown | Why::Suspended | Why::Rebuilt),
-        Action::DeleteService { .. } => true,
-        _ => false,
-    })
 }
 
 /// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).

@@ -77,3 +77,24 @@ pub fn pod<'a>(job: &'a mut DIJob, role: &str) -> &'a mut PodSpec {
 pub fn set_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
 }
+
+/// The errors `validate_dijob` finds in `job` once defaulted, as (path, message).
+pub fn errors(job: DIJob) -> Vec<(String, String)> {
+    match di_api::validation::validate_dijob(&defaulted(job)) {
+        Ok(()) => vec![],
+        Err(e) => e.0.into_iter().map(|e| (e.path, e.message)).collect(),
+    }
+}
+
+/// Each case (name, what it breaks in a valid job, the field, words of the message) is refused
+/// with exactly that one error.
+pub fn each_refused_once(cases: Vec<(&str, Mutation, &str, &str)>) {
+    for (name, mutate, path, message) in cases {
+        let mut job = valid_job();
+        mutate(&mut job);
+        let got = errors(job);
+        assert_eq!(got.len(), 1, "{name}: want exactly one error, got {got:#?}");
+        assert_eq!(got[0].0, path, "{name}");
+        assert!(got[0].1.contains(message), "{name}: message {:?} lacks {message:?}", got[0].1);
+    }
+}
