@@ -90,6 +90,29 @@ fn role_column(job: &DIJob, shown: Option<String>, desired: i32) -> String {
     if job.spec.is_task_job() { "-".into() } else { shown.unwrap_or_else(|| format!("0/{desired}")) }
 }
 
+/// The collectors' column: `ready/desired`, and for a queued job with collectors above its core,
+/// how many wait for quota and how many run on spare room: `2/4 (2 waiting)`, `6/2 (4 spare)`.
+fn collectors_column(job: &DIJob) -> String {
+    let status = job.status.clone().unwrap_or_default();
+    let shown = role_column(job, status.collectors, job.spec.collector_replicas());
+    let Some(above) = status.collectors_above_core else { return shown };
+    let mut said = vec![];
+    if above.waiting > 0 {
+        said.push(format!("{} waiting", above.waiting));
+    }
+    if above.spare > 0 {
+        said.push(format!("{} spare", above.spare));
+    }
+    if said.is_empty() { shown } else { format!("{shown} ({})", said.join(", ")) }
+}
+
+/// `describe`'s line on the collectors above a queued job's core.
+fn above_core(above: &di_api::CollectorsAboveCore) -> String {
+    let spare = if above.spare > 0 { format!(" ({} on spare room)", above.spare) } else { String::new() };
+    let preempted = if above.preempted > 0 { format!(" ({} preempted)", above.preempted) } else { String::new() };
+    format!("{} admitted{spare}, {} waiting for quota{preempted}", above.admitted, above.waiting)
+}
+
 /// `kubectl di get`: NAME PHASE READY RESTARTS COLLECTORS LEARNERS AGE (and more with `wide`,
 /// NAMESPACE with `-A`), for role jobs and task jobs alike.
 pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timestamp) -> String {
@@ -109,7 +132,7 @@ pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timesta
                 phase(job),
                 ready(job),
                 status.restarts.unwrap_or(0).to_string(),
-                role_column(job, status.collectors, job.spec.collector_replicas()),
+                collectors_column(job),
                 role_column(job, status.learners, job.spec.learner_replicas()),
                 age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now),
             ];
@@ -198,6 +221,15 @@ pub fn describe(job: &DIJob, pods: &[Pod], events: &[(String, String, String)], 
         field("Restart policy", format!("{policy:?}"));
     } else {
         field("Collectors", status.collectors.clone().unwrap_or_else(|| format!("0/{}", spec.collector_replicas())));
+        if let Some(above) = &status.collectors_above_core {
+            field("Above the core", above_core(above));
+        }
+        if let Some(collector) = &spec.collector
+            && let (Some(min), max) = (collector.min_replicas, collector.max_replicas)
+        {
+            let max = max.map_or(String::new(), |m| format!(", up to {m} on spare room"));
+            field("Collector range", format!("{min} in the core{max}"));
+        }
         field("Learners", status.learners.clone().unwrap_or_else(|| format!("0/{}", spec.learner_replicas())));
     }
     if let Some(gpus) = spec.learner.as_ref().and_then(|l| l.gpus) {

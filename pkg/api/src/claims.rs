@@ -26,7 +26,7 @@ pub fn claimed(name: &str, job: &DIJob) -> BTreeSet<String> {
     }
     let mut claimed = BTreeSet::from([names::coordinator(name)]);
     let count = |n: i32| 0..n.clamp(0, MAX_REPLICAS) as u32;
-    claimed.extend(count(spec.collector_replicas()).map(|i| names::replica(name, Role::Collector, i)));
+    claimed.extend(count(job.collector_slots()).map(|i| names::replica(name, Role::Collector, i)));
     let learner = match spec.learner.as_ref().and_then(|l| l.gpus) {
         Some(gpus) if gpus > 1 => Role::Aggregator,
         _ => Role::Learner,

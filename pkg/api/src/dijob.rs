@@ -9,7 +9,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
-use kube::CustomResource;
+use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ use crate::task::{JobRestartPolicy, Priority, TaskSpec};
 
 mod status;
 
-pub use status::{DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
+pub use status::{CollectorsAboveCore, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 
 /// A distributed reinforcement-learning job, in one of two forms: DI-orchestrator 0.2's roles (one
 /// coordinator, any number of collectors and logic learners; the coordinator's exit decides the
@@ -84,6 +84,12 @@ pub use status::{DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
     "fieldPath": ".collector",
     "message": "spec.collector.replicas needs spec.collector.template: only a role job with collectors can be scaled \
                 (kubectl scale, an autoscaler); scale a task job through spec.tasks[].replicas"
+}, {
+    "rule": "!has(self.collector) || !has(self.collector.maxReplicas) || !has(self.collector.replicas) \
+             || self.collector.replicas <= self.collector.maxReplicas",
+    "fieldPath": ".collector.replicas",
+    "message": "spec.collector.replicas may not exceed spec.collector.maxReplicas: ask for at most maxReplicas \
+                collectors, or raise maxReplicas first"
 }]))]
 pub struct DIJobSpec {
     /// A free-form name for a collection of DIJobs (kept from DI-orchestrator 0.2).
@@ -217,6 +223,15 @@ pub struct CollectorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub min_replicas: Option<i32>,
+
+    /// In a Kueue queue, with `minReplicas`: up to how many collectors run while the queue has
+    /// room. Each collector above `replicas` and up to this is a Workload of its own at two below
+    /// the job's priority: admitted as quota frees, the first taken back when quota is needed
+    /// (before the collectors `replicas` asks for); the coordinator sees them come and go through
+    /// its endpoint. Also the most `replicas` may be raised to. Unset: `replicas` and no more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
+    pub max_replicas: Option<i32>,
 }
 
 impl CollectorSpec {
@@ -224,6 +239,12 @@ impl CollectorSpec {
     /// `minReplicas`.
     pub fn core_collectors(&self) -> Option<u32> {
         self.min_replicas.map(|m| m.max(0) as u32)
+    }
+
+    /// The collectors run on spare room, up to `maxReplicas`, when the job is queued with
+    /// `minReplicas`; else none.
+    fn spare_room_limit(&self) -> Option<i32> {
+        self.min_replicas.and(self.max_replicas)
     }
 }
 
@@ -295,5 +316,23 @@ impl DIJobSpec {
 
     pub fn is_suspended(&self) -> bool {
         self.suspend.unwrap_or(false)
+    }
+}
+
+impl DIJob {
+    /// The Kueue LocalQueue the job is submitted to: its label, where not empty.
+    pub fn queue_name(&self) -> Option<&str> {
+        self.labels().get(crate::contract::kueue::QUEUE_NAME).map(String::as_str).filter(|q| !q.is_empty())
+    }
+
+    /// How many collectors the job may run: `spec.collector.replicas`, or in a Kueue queue with
+    /// `minReplicas` and `maxReplicas`, up to `maxReplicas` while the queue has room (the
+    /// indices from `replicas` on are the spare-room ones).
+    pub fn collector_slots(&self) -> i32 {
+        let asked = self.spec.collector_replicas();
+        match self.spec.collector.as_ref().and_then(CollectorSpec::spare_room_limit) {
+            Some(max) if self.queue_name().is_some() => asked.max(max),
+            _ => asked,
+        }
     }
 }

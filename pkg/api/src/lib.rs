@@ -21,7 +21,8 @@ pub use aggregator_config::{AggregatorConfig, AggregatorConfigSpec, AggregatorSp
 pub use contract::Role;
 pub use dijob::GangSpec;
 pub use dijob::{
-    CollectorSpec, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec, Phase, ReplicaStatus,
+    CollectorSpec, CollectorsAboveCore, CoordinatorSpec, DIJob, DIJobCondition, DIJobSpec, DIJobStatus, LearnerSpec,
+    Phase, ReplicaStatus,
 };
 pub use task::{JobRestartPolicy, Priority, TaskSpec, TaskType};
 pub use validation::{FieldError, ValidationErrors};

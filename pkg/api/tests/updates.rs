@@ -129,3 +129,20 @@ fn min_replicas_is_fixed_and_said_to_need_a_queue() {
     old.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());
     assert!(di_api::validation::warnings(&old).is_empty());
 }
+
+/// `maxReplicas` may change on a live job (it is a limit, not a Workload's shape); without a
+/// queue, collectors it allows above `replicas` are said not to run.
+#[test]
+fn max_replicas_changes_and_is_said_to_need_a_queue() {
+    let mut old = valid_job();
+    let collector = old.spec.collector.as_mut().unwrap();
+    (collector.min_replicas, collector.max_replicas) = (Some(1), Some(4));
+    let mut new = old.clone();
+    new.spec.collector.as_mut().unwrap().max_replicas = Some(8);
+    assert!(update_errors(old.clone(), new).is_empty());
+    let said = di_api::validation::warnings(&old);
+    assert!(said.iter().any(|w| w.starts_with("spec.collector.maxReplicas: collectors above")), "{said:?}");
+    old.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());
+    assert!(di_api::validation::warnings(&old).is_empty());
+    assert_eq!(old.collector_slots(), 4);
+}

@@ -110,6 +110,16 @@ fn grow(
     if total > i64::from(MAX_REPLICAS) {
         return Err(Refusal::Conflict(format!("{total} {role}s is more than the {MAX_REPLICAS} a job may have")));
     }
+    let limit = spec.collector.as_ref().and_then(|c| c.max_replicas).filter(|_| role == Role::Collector);
+    if let Some(max) = limit
+        && total > i64::from(max)
+    {
+        return Err(Refusal::Conflict(format!(
+            "{total} collectors is more than the job's spec.collector.maxReplicas ({max}); ask for at most {} more, \
+             or raise maxReplicas",
+            (i64::from(max) - i64::from(current)).max(0)
+        )));
+    }
     for (resource, value) in [("cpu", &asked.cpus), ("memory", &asked.memory)] {
         let Some(value) = value else { continue };
         check_resource(template, role, resource, value, notes)?;
@@ -204,8 +214,14 @@ impl Affected {
     pub fn between(before: &DIJob, after: &DIJob) -> Affected {
         let (job, learner_role) = (after.name_any(), di_api::resources::learner_role(after));
         let (b, a) = (&before.spec, &after.spec);
+        // Up: the collectors now asked for (some may run already, on spare room). Down: those
+        // that go, which keep running on spare room while the job has `maxReplicas` above.
+        let collectors = match a.collector_replicas() >= b.collector_replicas() {
+            true => affected(&job, Role::Collector, b.collector_replicas(), a.collector_replicas()),
+            false => affected(&job, Role::Collector, before.collector_slots(), after.collector_slots()),
+        };
         Affected {
-            collectors: affected(&job, Role::Collector, b.collector_replicas(), a.collector_replicas()),
+            collectors,
             learners: affected(&job, learner_role, b.learner_replicas(), a.learner_replicas()),
             learner_role,
         }
@@ -231,6 +247,29 @@ mod tests {
         assert_eq!(affected("j", Role::Collector, 1, 3), vec!["j-collector-1", "j-collector-2"]);
         assert_eq!(affected("j", Role::Learner, 3, 1), vec!["j-learner-2", "j-learner-1"]);
         assert!(affected("j", Role::Learner, 2, 2).is_empty());
+    }
+
+    /// With `maxReplicas`, a scale-up beyond it is refused naming the field; a scale-down
+    /// names only the collectors that go, none while they keep running on spare room.
+    #[test]
+    fn max_replicas_bounds_a_scale_and_keeps_spare_collectors() {
+        let mut job: DIJob = serde_json::from_value(json!({
+            "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+            "metadata": {"name": "j", "namespace": "ns", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
+            "spec": {"collector": {"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "template": {}}},
+        }))
+        .unwrap();
+        let ask = |n: i64| serde_json::from_value::<ReplicaRequest>(json!({"collectors": {"replicas": n}})).unwrap();
+        assert_eq!(scale_up(&job, &ask(2)).unwrap().collectors, 4);
+        match scale_up(&job, &ask(3)) {
+            Err(Refusal::Conflict(why)) => assert!(why.contains("spec.collector.maxReplicas (4)"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let down = scale_down(&job, &ask(1)).unwrap();
+        assert!(Affected::between(&job, &down.apply(&job)).collectors.is_empty(), "collector 1 runs on spare room");
+        job.spec.collector.as_mut().unwrap().max_replicas = None;
+        let down = scale_down(&job, &ask(1)).unwrap();
+        assert_eq!(Affected::between(&job, &down.apply(&job)).collectors, ["j-collector-1"]);
     }
 
     #[test]

@@ -147,7 +147,12 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
                 crate::workloads::delete(ctx, job, name, uid, resource_version).await?
             }
             Action::SetWorkloadActive { name, resource_version, active } => {
-                crate::workloads::set_active(ctx, job, name, resource_version, *active).await?
+                let spec = serde_json::json!({"active": active});
+                crate::workloads::patch_spec(ctx, job, name, resource_version, spec).await?
+            }
+            Action::SetWorkloadPriority { name, resource_version, priority } => {
+                let spec = serde_json::json!({"priority": priority});
+                crate::workloads::patch_spec(ctx, job, name, resource_version, spec).await?
             }
             Action::DeleteJob => {
                 let jobs: Api<DIJob> = Api::namespaced(ctx.client.clone(), &namespace);

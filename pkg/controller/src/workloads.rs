@@ -189,11 +189,17 @@ pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, vers
     }
 }
 
-/// Makes the job's Workload active or not, at the resourceVersion read: a Workload changed since
-/// is left to the next pass.
-pub async fn set_active(ctx: &Arc<Context>, job: &DIJob, name: &str, version: &str, active: bool) -> Result<(), Error> {
+/// Merges `spec` (whether the Workload is active, its priority) into one of the job's
+/// Workloads, at the resourceVersion read: a Workload changed since is left to the next pass.
+pub async fn patch_spec(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    name: &str,
+    version: &str,
+    spec: serde_json::Value,
+) -> Result<(), Error> {
     let api = api(ctx, &job.namespace().unwrap_or_default());
-    let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": {"active": active}});
+    let patch = serde_json::json!({"metadata": {"resourceVersion": version}, "spec": spec});
     match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),

@@ -111,6 +111,14 @@ pub enum Action {
         resource_version: String,
         active: bool,
     },
+    /// A collector Workload's priority changed with the collector's standing (asked for, or run
+    /// on spare room), so that Kueue takes spare-room collectors back first; written at the
+    /// resourceVersion read.
+    SetWorkloadPriority {
+        name: String,
+        resource_version: String,
+        priority: i64,
+    },
 }
 
 /// Why a pod is deleted, for events and metrics.

@@ -146,7 +146,7 @@ pub fn wanted(
     // where asked for.
     let mut out = vec![Wanted::kept(builder.coordinator()?, &build)];
     if let Some(collector) = &job.spec.collector {
-        for i in 0..job.spec.collector_replicas().max(0) as u32 {
+        for i in 0..job.collector_slots().max(0) as u32 {
             let name = names::replica(&builder.job, Role::Collector, i);
             let make = |name| builder.replica(Role::Collector, Some(i), name, &collector.template, vec![]);
             out.push(lazily(Role::Collector, Some(i), name, &make));

@@ -59,7 +59,7 @@ pub fn flavor_kind() -> ApiResource {
 
 /// The LocalQueue a job waits in, if it is in one.
 pub fn queue_name(job: &DIJob) -> Option<&str> {
-    job.labels().get(QUEUE_LABEL).map(String::as_str).filter(|q| !q.is_empty())
+    job.queue_name()
 }
 
 /// Whether a Workload's condition `type_` is True.

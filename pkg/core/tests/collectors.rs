@@ -214,3 +214,69 @@ fn a_succeeded_collector_above_the_core_finishes_its_workload() {
     });
     assert!(finished, "{:?}", plan.actions);
 }
+
+/// A queued job of 2 collectors, 1 in its core, that runs up to `max` while its queue has room.
+fn up_to(max: i32) -> DIJob {
+    let mut job = elastic(2);
+    job.spec.collector.as_mut().unwrap().max_replicas = Some(max);
+    job
+}
+
+fn priorities(plan: &Plan) -> Vec<(String, i64)> {
+    let mut said: Vec<(String, i64)> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::CreateWorkload(w) => {
+                Some((w["metadata"]["name"].as_str()?.to_owned(), w["spec"]["priority"].as_i64()?))
+            }
+            Action::SetWorkloadPriority { name, priority, .. } => Some((name.clone(), *priority)),
+            _ => None,
+        })
+        .collect();
+    said.sort();
+    said
+}
+
+/// With `maxReplicas`, collectors above `replicas` wait for spare room on Workloads two below the
+/// core (taken back before the asked-for ones, one below); their waiting is no want of quota.
+#[test]
+fn collectors_up_to_max_wait_for_spare_room_below_the_asked_for_ones() {
+    let job = up_to(4);
+    let first = decide(&job, &[], &[], core_of(&job), BTreeMap::new());
+    let names: Vec<String> = (1..4).map(|i| workload_name(&job, i)).collect();
+    assert_eq!(priorities(&first), [(names[0].clone(), -1), (names[1].clone(), -2), (names[2].clone(), -2)]);
+    let waiting = condition(&first, "CollectorsQueued");
+    assert!(waiting.message.as_deref().unwrap().contains("1 of the 1 collector(s)"), "{waiting:?}");
+    let counts = first.status.collectors_above_core.clone().unwrap();
+    assert_eq!((counts.admitted, counts.waiting, counts.spare), (0, 1, 0));
+
+    // Every one admitted: the spare ones run too and are said to; nothing waits for quota.
+    let all: BTreeMap<u32, Value> = (1..4).map(|i| (i, admit(workload_of(&first, i), &[("collector", 1)]))).collect();
+    let (pods, services) = world_of(&elastic(2), |_| Some("Running"));
+    let second = decide(&job, &pods, &services, core_of(&job), all.clone());
+    let mut pods_made = created(&second.actions);
+    pods_made.sort();
+    assert_eq!(pods_made, ["job-collector-2", "job-collector-3"]);
+    let counts = second.status.collectors_above_core.clone().unwrap();
+    assert_eq!((counts.admitted, counts.waiting, counts.spare), (3, 0, 2));
+    assert_eq!(condition(&second, "CollectorsQueued").status, "False");
+
+    // Asked for 3: collector 2 is no longer spare, and its Workload's priority says so.
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let raised = decide(&job_with(&job, 3), &pods, &services, core_of(&job), all);
+    assert_eq!(priorities(&raised), [(names[1].clone(), -1)]);
+    assert!(!raised.actions.iter().any(|a| matches!(a, Action::DeletePod { .. })), "{:?}", raised.actions);
+}
+
+/// Outside a queue `maxReplicas` adds nothing: the job runs `replicas`.
+#[test]
+fn max_replicas_outside_a_queue_runs_replicas() {
+    let mut job = up_to(4);
+    job.labels_mut().remove(QUEUE_LABEL);
+    assert_eq!(job.collector_slots(), 2);
+    let plan = plan(&job, &world(&[], &[], now()), &Settings::default(), BACKOFF).unwrap();
+    let mut pods = created(&plan.actions);
+    pods.sort();
+    assert_eq!(pods, ["job-collector-0", "job-collector-1", "job-coordinator", "job-learner-0"]);
+}

@@ -219,6 +219,13 @@ async fn scale_outcome(
             for_quota.len()
         ));
     }
+    let spare = job.collector_slots() - job.spec.collector_replicas();
+    if !up && spare > 0 {
+        message.push_str(&format!(
+            "; up to {spare} collector(s) above spec.collector.replicas keep running while the queue has spare \
+             room (spec.collector.maxReplicas); lower maxReplicas to run fewer"
+        ));
+    }
     for note in &change.notes {
         message.push_str(&format!("; {note}"));
     }

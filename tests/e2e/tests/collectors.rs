@@ -31,13 +31,19 @@ const TEAM_B: [(&str, &str); 2] = [("cpu", "200m"), ("memory", "100Gi")];
 /// A role job in LocalQueue `queue`: a coordinator and `collectors` collectors of
 /// [`REPLICA_CPU`] each, the first `core` of them in its core.
 async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, core: Option<i32>, class: Option<&str>) {
+    submit_with(s, name, queue, json!({"replicas": collectors, "minReplicas": core}), class).await
+}
+
+/// As [`submit`], the collector role's counts given as its fields (`replicas`, `minReplicas`,
+/// `maxReplicas`).
+async fn submit_with(s: &Scenario, name: &str, queue: &str, counts: serde_json::Value, class: Option<&str>) {
     let mut container = s.nodes.container();
     container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
     let mut pod = s.nodes.pod_spec();
     pod["containers"] = json!([container]);
-    let mut collector = json!({"replicas": collectors, "template": {"spec": pod}});
-    if let Some(core) = core {
-        collector["minReplicas"] = json!(core);
+    let mut collector = json!({"template": {"spec": pod}});
+    for (field, count) in counts.as_object().unwrap().iter().filter(|(_, c)| !c.is_null()) {
+        collector[field] = count.clone();
     }
     let mut job = json!({
         "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
@@ -214,6 +220,52 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
         }
     }
     assert_eq!(job.status.and_then(|st| st.restarts).unwrap_or(0), 0, "no restart counted");
+    drop(s);
+    cohort.delete().await;
+    kueue.stop().await;
+}
+
+/// "Up to N while there is room": team a's job asks for its core alone and up to 5 collectors.
+/// Its spare-room collectors fill a's and b's idle quota; b's job takes back just what it needs
+/// (the job's core untouched, nothing said to wait for quota, since none was asked for); b gone,
+/// the spare room fills again.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn collectors_up_to_max_fill_idle_quota_and_give_it_back() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "spare-room", &[])).await;
+    let cohort = Cohort::create(&s.cluster.client, &s.ns, &TEAM_A, &TEAM_B).await;
+    // The core (110m) in a's 150m; 4 spare collectors (200m) in a's 40m and b's idle 200m.
+    submit_with(&s, "filler", "team-a", json!({"replicas": 1, "minReplicas": 1, "maxReplicas": 5}), None).await;
+    s.wait_phase("filler", Phase::Running).await;
+    until_running(&s, "filler", 6).await;
+    let coordinator = uid(&s, "filler-coordinator").await;
+    let said = |j: Option<&DIJob>| {
+        let above = j.and_then(|j| j.status.as_ref()?.collectors_above_core.clone()).unwrap_or_default();
+        (above.admitted, above.spare, above.waiting) == (4, 4, 0)
+    };
+    let status_says = await_condition(s.jobs.clone(), "filler", said);
+    within(Duration::from_secs(30), "status: 4 spare collectors admitted", status_says).await.unwrap();
+
+    // b's job (160m of its 200m) takes back what it needs: 3 of the 4 spare collectors go.
+    submit(&s, "owner", "team-b", 2, None, None).await;
+    s.wait_phase("owner", Phase::Running).await;
+    until_running(&s, "owner", 3).await;
+    let kept = until_running(&s, "filler", 3).await;
+    assert!(kept.contains("filler-coordinator") && kept.contains("filler-collector-0"), "{kept:?}");
+    assert_eq!(uid(&s, "filler-coordinator").await, coordinator, "the coordinator's pod untouched");
+    let job = s.jobs.get("filler").await.unwrap();
+    let status = job.status.clone().unwrap_or_default();
+    assert_eq!((status.phase, status.restarts.unwrap_or(0)), (Some(Phase::Running), 0));
+    let queued = status.conditions.iter().find(|c| c.type_ == "CollectorsQueued");
+    assert!(queued.is_none_or(|c| c.status == "False"), "spare room is no quota asked for: {queued:?}");
+
+    // b's job goes: the spare room fills again.
+    let owner = s.jobs.get("owner").await.unwrap().uid().unwrap();
+    s.jobs.delete("owner", &DeleteParams::foreground()).await.unwrap();
+    let gone = move |j: Option<&DIJob>| j.is_none_or(|j| j.uid().as_deref() != Some(owner.as_str()));
+    within(Duration::from_secs(60), "b's job gone", await_condition(s.jobs.clone(), "owner", gone)).await.unwrap();
+    until_running(&s, "filler", 6).await;
     drop(s);
     cohort.delete().await;
     kueue.stop().await;

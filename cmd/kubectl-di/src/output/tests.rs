@@ -110,6 +110,29 @@ fn describe_says_where_a_job_stands_in_its_queue() {
     assert_eq!(line(describe(&job("j", "ns", json!({})), &[], &[], now())), None, "a job in no queue");
 }
 
+/// A queued job with collectors above its core: `get` and `describe` say how many wait for
+/// quota and how many run on spare room.
+#[test]
+fn collectors_above_the_core_are_shown_waiting_and_spare() {
+    let above = |counts: serde_json::Value| {
+        let mut j = job("j", "ns", json!({"phase": "Running", "collectors": "2/4", "collectorsAboveCore": counts}));
+        let collector = j.spec.collector.as_mut().unwrap();
+        (collector.min_replicas, collector.max_replicas) = (Some(1), Some(6));
+        j
+    };
+    let waiting = above(json!({"admitted": 1, "waiting": 2, "preempted": 2, "spare": 0}));
+    let column =
+        |j: &DIJob| jobs_table(std::slice::from_ref(j), false, false, now()).lines().nth(1).unwrap().to_owned();
+    assert!(column(&waiting).contains(" 2/4 (2 waiting) "), "{}", column(&waiting));
+    let spare = above(json!({"admitted": 4, "waiting": 0, "preempted": 0, "spare": 2}));
+    assert!(column(&spare).contains(" 2/4 (2 spare) "), "{}", column(&spare));
+    let text = describe(&waiting, &[], &[], now());
+    assert!(text.contains("Above the core:     1 admitted, 2 waiting for quota (2 preempted)\n"), "{text}");
+    assert!(text.contains("Collector range:    1 in the core, up to 6 on spare room\n"), "{text}");
+    let text = describe(&spare, &[], &[], now());
+    assert!(text.contains("Above the core:     4 admitted (2 on spare room), 0 waiting for quota\n"), "{text}");
+}
+
 #[test]
 fn describe_text() {
     let job = job(

@@ -44,6 +44,11 @@ pub struct DIJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector_selector: Option<String>,
 
+    /// Queued role jobs with `spec.collector.minReplicas`: how the collectors above the job's
+    /// core stand in their queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectors_above_core: Option<CollectorsAboveCore>,
+
     /// Ready and desired logic learners as `ready/desired`, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learners: Option<String>,
@@ -69,6 +74,22 @@ pub struct DIJobStatus {
     /// terminating after the job was submitted again, may not).
     #[serde(default, rename = "coordinatorUID", skip_serializing_if = "Option::is_none")]
     pub coordinator_uid: Option<String>,
+}
+
+/// How the collectors above a queued job's core stand, each on its own Workload.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CollectorsAboveCore {
+    /// Collectors whose Workload is admitted: they run, or are about to.
+    pub admitted: i32,
+    /// Collectors `spec.collector.replicas` asks for whose Workload waits for quota.
+    pub waiting: i32,
+    /// Of those waiting, the ones whose Workload was preempted (their pods deleted; they run
+    /// again when readmitted).
+    pub preempted: i32,
+    /// Of those admitted, the ones above `spec.collector.replicas` (up to `maxReplicas`),
+    /// running on spare room.
+    pub spare: i32,
 }
 
 /// Phase of a DIJob. A role job's follows its coordinator pod (Created, Running, Succeeded,

@@ -7,11 +7,13 @@
 //! Workload again. A collector Workload is made only while the core is admitted, so no collector
 //! ever holds quota while its core waits, and none is given back while its pod may still run
 //! (terminating included); a pod whose Workload is gone stops until its new one is admitted.
+//! With `maxReplicas`, the collectors above `replicas` and up to it are Workloads too, two below
+//! the core's priority: they run on room nobody asks for, and are taken back first.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use di_api::DIJob;
 use di_api::contract::{Role, names};
+use di_api::{CollectorsAboveCore, DIJob};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::{Value, json};
@@ -49,20 +51,26 @@ pub fn above_core(job: &DIJob, pod: &str) -> Option<u32> {
     (index >= min).then_some(index)
 }
 
-/// A collector's Workload: one podSet of its one pod, at one below its core's priority (as the
-/// core's Workload carries it), so that Kueue takes a job's collectors before its own core and
-/// before the core of any job of the same priority.
+/// A collector Workload's priority: one below its core's (as the core's Workload carries it)
+/// for a collector `replicas` asks for, two below for one on spare room (up to `maxReplicas`).
+/// Kueue takes the lowest first: a job's spare-room collectors, then its asked-for ones, before
+/// its own core and before the core of any job of the same priority.
+fn priority(core_priority: i64, spare: bool) -> i64 {
+    core_priority.saturating_sub(if spare { 2 } else { 1 }).max(i64::from(i32::MIN))
+}
+
+/// A collector's Workload: one podSet of its one pod, at `priority`.
 fn made(
     job: &DIJob,
     queue: &str,
     index: u32,
     pod: &Pod,
-    core_priority: i64,
+    priority: i64,
     settings: &Settings,
 ) -> Result<Value, BuildError> {
     let mut workload = made_of(job, queue, None, &pod_sets(std::slice::from_ref(pod)), settings)?;
     workload["metadata"]["name"] = json!(workload_name(job, index));
-    workload["spec"]["priority"] = json!(core_priority.saturating_sub(1).max(i64::from(i32::MIN)));
+    workload["spec"]["priority"] = json!(priority);
     Ok(workload)
 }
 
@@ -77,14 +85,6 @@ pub(super) struct Queued<'a> {
     pub flavors: &'a BTreeMap<String, Value>,
     /// The core Workload's priority (`spec.priority`; 0 without one).
     pub core_priority: i64,
-}
-
-/// How the job's collectors above the core stand, for its condition.
-#[derive(Default)]
-struct Count {
-    above: usize,
-    waiting: usize,
-    preempted: usize,
 }
 
 /// After the core's part of `queue::attach`: each collector above the core is created only while
@@ -105,40 +105,53 @@ pub(super) fn attach(
     let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return Ok(()) };
     let finished = plan.status.phase.is_some_and(|p| p.is_finished());
     let asked = job.spec.collector_replicas().max(0) as u32;
+    let slots = job.collector_slots().max(0) as u32;
     let pod_of = |index: u32| pod_of(job, world, index);
-    let mut count = Count::default();
+    let mut count = CollectorsAboveCore::default();
     let mut actions = vec![];
-    for index in min..asked {
+    for index in min..slots {
         let name = names::replica(&job.name_any(), Role::Collector, index);
         let pod = pod_of(index);
         let runs = core_admitted && !finished;
+        let spare = index >= asked;
+        let priority = priority(core_priority, spare);
         let Some(workload) = collectors.get(&index).filter(|_| runs) else {
             held.insert(name.clone());
             if runs {
-                count.above += 1;
-                count.waiting += 1;
+                count.waiting += i32::from(!spare);
                 // A pod whose Workload is gone (deleted by hand, or by Kueue's retention) runs on
                 // no admission: it goes, and comes back with its new Workload's.
                 if let Some(pod) = pod.filter(|p| !is_terminating(p) && pod_phase(p) != "Succeeded") {
                     actions.push(delete_pod(pod, Why::Reclaimed));
                 }
                 if let Some(template) = wanted.iter().find(|p| p.name_any() == name) {
-                    let made = made(job, queue, index, template, core_priority, settings)?;
+                    let made = made(job, queue, index, template, priority, settings)?;
                     actions.push(Action::CreateWorkload(Box::new(made)));
                 }
             }
             continue;
         };
-        count.above += 1;
+        if workload["spec"]["priority"].as_i64() != Some(priority) {
+            actions.push(Action::SetWorkloadPriority {
+                name: super::metadata(workload, "name"),
+                resource_version: super::metadata(workload, "resourceVersion"),
+                priority,
+            });
+        }
         let admitted = matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
         let evicted = is_true(workload, "Evicted");
         // A collector that has succeeded is done: its Workload says Finished, which gives its
         // quota back, and it is never made again nor deleted as reclaimed.
         let succeeded = pod.is_some_and(|p| pod_phase(p) == "Succeeded");
+        if admitted {
+            count.admitted += 1;
+            count.spare += i32::from(spare);
+        } else if !spare {
+            count.waiting += 1;
+            count.preempted += i32::from(evicted);
+        }
         if !admitted && !succeeded {
             held.insert(name.clone());
-            count.waiting += 1;
-            count.preempted += usize::from(evicted);
             if let Some(pod) = pod.filter(|p| !is_terminating(p)) {
                 actions.push(delete_pod(pod, Why::Reclaimed));
             }
@@ -158,7 +171,7 @@ pub(super) fn attach(
     // Workloads of collectors no longer asked for, or of a job its queue holds or that has ended:
     // given back once their pod has gone.
     for (index, workload) in collectors {
-        let asked_for = *index < asked && core_admitted && !finished;
+        let asked_for = *index < slots && core_admitted && !finished;
         if !asked_for && !may_run(pod_of(*index)) {
             actions.push(delete_workload(workload));
         }
@@ -173,6 +186,7 @@ pub(super) fn attach(
     }
     plan.actions.extend(actions);
     say(queue, &count, world, plan);
+    plan.status.collectors_above_core = Some(count);
     Ok(())
 }
 
@@ -182,27 +196,32 @@ pub(super) fn left_behind(job: &DIJob, world: &World, collectors: &BTreeMap<u32,
     collectors.iter().filter(|(i, _)| !may_run(pod_of(job, world, **i))).map(|(_, w)| delete_workload(w)).collect()
 }
 
-/// The condition `CollectorsQueued`: True while collectors above the core wait for quota.
-fn say(queue: &str, count: &Count, world: &World, plan: &mut Plan) {
-    if count.above == 0 && !plan.status.conditions.iter().any(|c| c.type_ == COLLECTORS_QUEUED) {
+/// The condition `CollectorsQueued`: True while collectors `replicas` asks for above the core
+/// wait for quota (spare-room ones waiting is their normal state, and says nothing).
+fn say(queue: &str, count: &CollectorsAboveCore, world: &World, plan: &mut Plan) {
+    let CollectorsAboveCore { admitted, waiting, preempted, spare } = *count;
+    let asked = admitted - spare + waiting;
+    if admitted + waiting == 0 && !plan.status.conditions.iter().any(|c| c.type_ == COLLECTORS_QUEUED) {
         return;
     }
-    let (reason, message) = match count {
-        Count { above: 0, .. } => (
+    let spare_said = if spare > 0 { format!("; {spare} more run on spare room") } else { String::new() };
+    let (reason, message) = match (asked, waiting) {
+        (0, _) if spare == 0 => (
             "NoneAbove",
             "no collector above the job's core runs or waits (the core is not admitted, or asks for none)".into(),
         ),
-        Count { waiting: 0, above, .. } => {
-            ("Admitted", format!("the {above} collector(s) above the job's core are admitted from queue {queue}"))
-        }
-        Count { above, waiting, preempted } => (
-            if *preempted > 0 { "Preempted" } else { "Pending" },
+        (_, 0) => (
+            "Admitted",
+            format!("the {asked} collector(s) above the job's core are admitted from queue {queue}{spare_said}"),
+        ),
+        _ => (
+            if preempted > 0 { "Preempted" } else { "Pending" },
             format!(
-                "{waiting} of the {above} collector(s) above the job's core wait for quota in queue {queue} \
-                 ({preempted} preempted, to run again when readmitted)"
+                "{waiting} of the {asked} collector(s) above the job's core wait for quota in queue {queue} \
+                 ({preempted} preempted, to run again when readmitted){spare_said}"
             ),
         ),
     };
     let conditions = &mut plan.status.conditions;
-    crate::status::set_condition_as_said(conditions, COLLECTORS_QUEUED, count.waiting > 0, reason, &message, world.now);
+    crate::status::set_condition_as_said(conditions, COLLECTORS_QUEUED, waiting > 0, reason, &message, world.now);
 }
