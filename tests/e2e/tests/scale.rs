@@ -61,6 +61,16 @@ async fn kubectl_scale_sets_a_role_jobs_collectors() {
     assert!(status.message.contains("1000"), "the bound is said: {}", status.message);
     let job = s.jobs.get("scaled").await.unwrap();
     assert_eq!(job.spec.collector.and_then(|c| c.replicas), Some(3));
+
+    // Past the job's own limit, spec.collector.maxReplicas: the CRD's rule refuses it too.
+    s.submit("limited", 1, 0, json!({"collector": {"minReplicas": 1, "maxReplicas": 4}})).await;
+    let patch = json!({"spec": {"replicas": 5}});
+    let refused = s.jobs.patch_scale("limited", &PatchParams::default(), &Patch::Merge(&patch)).await;
+    let Err(kube::Error::Api(status)) = refused else { panic!("scaled past maxReplicas: {refused:?}") };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(status.message.contains("may not exceed spec.collector.maxReplicas"), "{}", status.message);
+    let patch = json!({"spec": {"replicas": 4}});
+    s.jobs.patch_scale("limited", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("up to the limit");
 }
 
 #[tokio::test]
