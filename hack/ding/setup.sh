@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a private Python venv holding a pinned DI-engine release from PyPI,
-# so hack/ding/k8s_parser_check.py can run DI-engine's own K8SParser.
+# so hack/ding/k8s_parser_check.py can run DI-engine's own K8SParser and
+# hack/ding/operator_client.py its coordinator's client of the replica endpoint.
 #
 # Usage:  py=$(hack/ding/setup.sh | tail -1)
 #         "$py" hack/ding/k8s_parser_check.py < pods.json
@@ -40,7 +41,10 @@ cache_root=${DI_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:?HOME is unset; set DI_CACHE
 venv="$cache_root/ding/$DING_VERSION"
 venv_py="$venv/bin/python"
 stamp="$venv/.di-orchestrator-stamp"
-want_stamp="DI-engine==$DING_VERSION $numpy_spec python=$py_real ($py_mm)"
+# What DI-engine 0.5.3's OperatorServer (its coordinator's client of the replica
+# endpoint) imports besides the standard library, at the versions it declares.
+client_specs=("flask==2.0.3" "werkzeug==2.0.3" "requests==2.32.3" "URLObject==3.0.0")
+want_stamp="DI-engine==$DING_VERSION $numpy_spec ${client_specs[*]} python=$py_real ($py_mm)"
 
 mkdir -p "$cache_root/ding"
 
@@ -56,6 +60,7 @@ venv_ok() {
 import os, site, sys
 from importlib.metadata import version
 import numpy  # noqa: F401  (the parser's only third-party import)
+import flask, requests, urlobject  # noqa: F401  (the operator client's)
 assert version("DI-engine") == sys.argv[1]
 rel = os.path.join("ding", "entry", "cli_parsers", "k8s_parser.py")
 assert any(os.path.isfile(os.path.join(d, rel)) for d in site.getsitepackages())
@@ -80,6 +85,11 @@ else
     if ! "$venv_py" -m pip install --disable-pip-version-check --no-input --quiet --no-compile \
         --no-deps --only-binary=:all: "DI-engine==$DING_VERSION" "$numpy_spec" >&2; then
         die "pip install failed (is PyPI reachable?)"
+    fi
+    log "installing the operator client's dependencies: ${client_specs[*]}"
+    if ! "$venv_py" -m pip install --disable-pip-version-check --no-input --quiet --no-compile \
+        --no-warn-conflicts --only-binary=:all: "${client_specs[@]}" >&2; then
+        die "pip install of the operator client's dependencies failed (is PyPI reachable?)"
     fi
     printf '%s\n' "$want_stamp" >"$stamp"
     venv_ok || die "venv at $venv failed its self-check after install"

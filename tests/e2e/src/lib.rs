@@ -9,6 +9,7 @@ pub mod certs;
 pub mod cluster;
 pub mod controlplane;
 pub mod delay;
+pub mod ding;
 pub mod history;
 pub mod kueue;
 pub mod nodes;

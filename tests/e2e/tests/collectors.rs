@@ -10,8 +10,10 @@ use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 use di_api::contract::labels;
 use di_api::{DIJob, Phase};
 use di_e2e::cluster::{until_watched, within};
+use di_e2e::ding;
 use di_e2e::kueue::jobs::REPLICA_CPU;
 use di_e2e::kueue::{self, Cohort, Share, TestQueue};
+use di_e2e::orchestrator::Sidecar;
 use di_e2e::scenario::Scenario;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -268,5 +270,49 @@ async fn collectors_up_to_max_fill_idle_quota_and_give_it_back() {
     until_running(&s, "filler", 6).await;
     drop(s);
     cohort.delete().await;
+    kueue.stop().await;
+}
+
+/// DI-engine 0.5.3's coordinator client (its own `OperatorServer`) scales a queued job: its init
+/// request for 2 more collectors succeeds at once with both URLs, though its queue has room for
+/// one above the core and the other waits; its sync lists just the collectors that run; its
+/// delete takes the waiting one away.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn ding_scales_a_queued_job_through_its_own_client() {
+    let Some(python) = ding::python() else { return };
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "ding-queued", &[])).await;
+    // 200m: the core (110m) and one collector above it (50m).
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "200m"), ("memory", "100Gi")]).await;
+    submit(&s, "scaled", "team-queue", 1, Some(1), None).await;
+    s.wait_phase("scaled", Phase::Running).await;
+    until_running(&s, "scaled", 2).await;
+    let sidecar = Sidecar::start(&s.cluster, &s.ns, "scaled").await;
+    sidecar.until_ready().await;
+    let ask =
+        |op: &str, count: u32| ding::operator_client(&python, &sidecar.url, &s.ns, "scaled-coordinator", op, count);
+    let url = |index: u32| format!("scaled-collector-{index}.{}:22270", s.ns);
+
+    let posted = ask("post", 2);
+    assert_eq!((posted["success"].as_bool(), posted["code"].as_i64()), (Some(true), Some(0)), "{posted}");
+    assert_eq!(posted["data"]["collectors"], json!([url(1), url(2)]), "{posted}");
+    assert!(posted["message"].as_str().unwrap().contains("wait for their queue's quota"), "{posted}");
+    until_running(&s, "scaled", 3).await;
+    let listed = ask("get", 0);
+    assert_eq!(listed["success"], true, "{listed}");
+    let mut collectors: Vec<String> = serde_json::from_value(listed["data"]["collectors"].clone()).unwrap();
+    collectors.sort();
+    assert_eq!(collectors, [url(0), url(1)], "the one waiting for quota is not listed");
+
+    let deleted = ask("delete", 1);
+    assert_eq!(deleted["success"], true, "{deleted}");
+    let job: DIJob = s.jobs.get("scaled").await.unwrap();
+    assert_eq!(job.spec.collector_replicas(), 2);
+    assert_eq!(until_running(&s, "scaled", 3).await.len(), 3, "the running collectors stay");
+    drop(sidecar);
+    drop(s);
+    queue.delete().await;
     kueue.stop().await;
 }

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use di_api::tasks::annotations;
 use di_api::{DIJob, Phase};
 use di_e2e::binaries::repo_root;
-use di_e2e::cluster::{not_applicable, skip, within};
+use di_e2e::cluster::{not_applicable, within};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
@@ -46,18 +46,7 @@ async fn submit_v2(s: &Scenario, name: &str, collectors: i32, extra: Value) {
 /// Runs DI-engine's own K8SParser (installed from PyPI by hack/ding/setup.sh) on every pod's
 /// environment, for the mesh, star and alone topologies. `false` when it could not run.
 fn ditask_accepts(pods: &[Pod]) -> bool {
-    let setup = Command::new("bash").arg(repo_root().join("hack/ding/setup.sh")).stderr(Stdio::inherit()).output();
-    let python = match setup {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").to_owned(),
-        Ok(out) => {
-            skip(&format!("hack/ding/setup.sh could not install DI-engine's parser ({})", out.status));
-            return false;
-        }
-        Err(e) => {
-            skip(&format!("hack/ding/setup.sh cannot be run: {e}"));
-            return false;
-        }
-    };
+    let Some(python) = di_e2e::ding::python() else { return false };
     let input =
         json!({"pods": pods.iter().map(|p| json!({"name": p.name_any(), "env": env_of(p)})).collect::<Vec<_>>()});
     let mut child = Command::new(python)
