@@ -18,10 +18,11 @@ demo:
 	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins
 	$(TARGET_DIR)/debug/di-demo
 
-## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md)
+## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md;
+##        some of them: make bench BENCH_ARGS="--only reclaim", see di-bench --help)
 bench:
 	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
-	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench
+	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench $(BENCH_ARGS)
 
 ## chaos: the orchestrator on the local control plane under faults (kill -9, API server and etcd
 ##        restarts, a frozen leader, ...) and what each lost, which must be nothing; 4 to 10

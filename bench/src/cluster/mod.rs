@@ -7,7 +7,8 @@
 //! other jobs' status and events beside a big job being created (`fairness`), and memory and CPU
 //! idle, at scale and among unrelated pods (`scale`); big jobs where etcd and the API server
 //! answer as late as in production (`latency`); gang jobs placed by a real scheduler (`gangs`);
-//! jobs in a Kueue queue against the same jobs in none (`queues`).
+//! jobs in a Kueue queue against the same jobs in none (`queues`); a job's quota reclaimed from
+//! another team's spare-room collectors, and those collectors filling idle quota (`reclaim`).
 //! `harness` starts what they all measure, `jobs` is the job they submit and tells when it runs,
 //! and `empty` clears a namespace between runs.
 
@@ -23,6 +24,7 @@ mod latency;
 mod limit;
 mod process;
 mod queues;
+mod reclaim;
 mod replicas;
 mod requests;
 mod running;
@@ -93,6 +95,9 @@ pub enum Scenario {
     Gangs,
     /// Time to running of jobs in a Kueue queue admitted at once, against the same jobs in none.
     Queues,
+    /// Time to running of a job whose quota another team's spare-room collectors borrow, against
+    /// the same job with its quota idle; and those collectors' time to fill idle quota.
+    Reclaim,
 }
 
 /// Everything `only` names (all when empty) in the first of `invocations`; time to running
@@ -127,6 +132,9 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
         // On a control plane of its own, with Kueue beside it; the first invocation only.
         if let Some(report) = report.as_mut().filter(|_| first && wanted(Scenario::Queues)) {
             queues::measure(&mut report.rows).await?;
+        }
+        if let Some(report) = report.as_mut().filter(|_| first && wanted(Scenario::Reclaim)) {
+            reclaim::measure(&mut report.rows).await?;
         }
     }
     Ok(report.map(|mut r| {

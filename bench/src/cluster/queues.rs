@@ -85,7 +85,7 @@ async fn on(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 }
 
 /// CPU every pod asks for, which Kueue counts against the queue's quota.
-fn requested(job: &mut DIJob) {
+pub(super) fn requested(job: &mut DIJob) {
     let resources = json!({"requests": {"cpu": "10m", "memory": "16Mi"}});
     let templates =
         [job.spec.coordinator.as_mut().map(|c| &mut c.template), job.spec.collector.as_mut().map(|c| &mut c.template)];

@@ -232,6 +232,14 @@ pub struct CollectorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub max_replicas: Option<i32>,
+
+    /// In a Kueue queue, with `minReplicas`: the WorkloadPriorityClass (`kueue.x-k8s.io`) of the
+    /// collectors above the core. Their Workloads take its value (those on spare room, above
+    /// `replicas`, one below it), so a cluster admin's classes decide whose collectors Kueue
+    /// takes first. Unset: one below the core's priority (two for spare room). Fixed once the
+    /// job exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_priority_class_name: Option<String>,
 }
 
 impl CollectorSpec {

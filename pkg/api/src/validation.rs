@@ -14,6 +14,7 @@ use crate::contract::{DNS_LABEL_MAX, MAX_GPUS_PER_LEARNER, MAX_REPLICAS, Role, n
 use crate::defaults::{CleanPodPolicy, default_dijob};
 use crate::dijob::DIJob;
 
+mod collectors;
 mod naming;
 mod pod;
 mod tasks;
@@ -123,7 +124,7 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
         check_replicas("spec.collector.replicas", collector.replicas, errs);
         check_replicas("spec.collector.minReplicas", collector.min_replicas, errs);
         check_replicas("spec.collector.maxReplicas", collector.max_replicas, errs);
-        check_collector_bounds(collector, errs);
+        collectors::check(collector, errs);
     }
     if let Some(learner) = &spec.learner {
         check_replicas("spec.learner.replicas", learner.replicas, errs);
@@ -141,58 +142,12 @@ fn check_roles(spec: &crate::DIJobSpec, job_volumes: &BTreeSet<String>, errs: &m
     }
 }
 
-/// `minReplicas <= replicas <= maxReplicas` where set (`replicas` unset is 0); `maxReplicas`
-/// needs `minReplicas`, since only collectors above the core can wait for spare room.
-fn check_collector_bounds(collector: &crate::CollectorSpec, errs: &mut Errors) {
-    let Some(max) = collector.max_replicas else { return };
-    let replicas = collector.replicas.unwrap_or(0);
-    match collector.min_replicas {
-        None => errs.add(
-            "spec.collector.maxReplicas",
-            "Required value: spec.collector.minReplicas: collectors beyond replicas run on a queue's spare room, \
-             each on a Workload of its own, which only collectors above the job's core have; set minReplicas \
-             (how many collectors run with the core) or remove maxReplicas",
-        ),
-        Some(min) if min > max => errs.add(
-            "spec.collector.minReplicas",
-            format!(
-                "Invalid value: {min}: more than spec.collector.maxReplicas ({max}); lower it or raise maxReplicas"
-            ),
-        ),
-        Some(_) => {}
-    }
-    if replicas > max {
-        errs.add(
-            "spec.collector.replicas",
-            format!(
-                "Invalid value: {replicas}: more than spec.collector.maxReplicas ({max}); ask for at most {max} \
-                 collectors or raise maxReplicas"
-            ),
-        );
-    }
-}
-
 /// What a valid, defaulted job asks for that will not happen as it reads: said back on apply as
 /// admission warnings (and by `kubectl di create`), never a refusal.
 pub fn warnings(job: &DIJob) -> Vec<String> {
     let spec = &job.spec;
     let mut said = vec![];
-    let queued = job.queue_name().is_some();
-    if spec.collector.as_ref().is_some_and(|c| c.min_replicas.is_some()) && !queued {
-        said.push(format!(
-            "spec.collector.minReplicas: acts only in a Kueue queue (label {}), where collectors above it are \
-             preempted and readmitted on their own; without one every collector runs with the job",
-            crate::contract::kueue::QUEUE_NAME
-        ));
-    }
-    if spec.collector.as_ref().is_some_and(|c| c.max_replicas.is_some_and(|m| m > spec.collector_replicas())) && !queued
-    {
-        said.push(format!(
-            "spec.collector.maxReplicas: collectors above spec.collector.replicas run only on a Kueue queue's spare \
-             room (label {}); without one the job runs spec.collector.replicas",
-            crate::contract::kueue::QUEUE_NAME
-        ));
-    }
+    collectors::warnings(job, &mut said);
     if spec.restart_limit.is_some() {
         // A failed pod is what restartLimit counts; a pod that restarts its containers in place
         // never fails, so its replacements, and the limit, never come.
@@ -243,15 +198,7 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
         );
     }
     check_queue_update(&old, &new, &mut errs);
-    let core_collectors = |spec: &crate::DIJobSpec| spec.collector.as_ref().and_then(|c| c.min_replicas);
-    if core_collectors(o) != core_collectors(n) {
-        errs.add(
-            "spec.collector.minReplicas",
-            format!(
-                "Forbidden: which collectors run in the job's core is fixed when its Workloads are made; {RECREATE}"
-            ),
-        );
-    }
+    collectors::check_update(o, n, RECREATE, &mut errs);
     if o.volumes != n.volumes {
         errs.add("spec.volumes", format!("Forbidden: volumes are immutable, running pods mount them; {RECREATE}"));
     }

@@ -124,6 +124,11 @@ fn min_replicas_is_fixed_and_said_to_need_a_queue() {
     let got = update_errors(old.clone(), new);
     assert_eq!(got.len(), 1, "{got:#?}");
     assert!(got[0].starts_with("spec.collector.minReplicas: Forbidden"), "{got:#?}");
+    let mut new = old.clone();
+    new.spec.collector.as_mut().unwrap().workload_priority_class_name = Some("spare".into());
+    let got = update_errors(old.clone(), new);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert!(got[0].starts_with("spec.collector.workloadPriorityClassName: Forbidden"), "{got:#?}");
     let said = di_api::validation::warnings(&old);
     assert!(said.iter().any(|w| w.starts_with("spec.collector.minReplicas: acts only in a Kueue queue")), "{said:?}");
     old.metadata.labels = Some([("kueue.x-k8s.io/queue-name".to_string(), "team".to_string())].into());

@@ -102,6 +102,21 @@ fn each_rule_rejects_with_field_and_fix() {
             "Invalid value: 2: more than spec.collector.maxReplicas (1)",
         ),
         (
+            "a collectors' class without minReplicas",
+            |j| j.spec.collector.as_mut().unwrap().workload_priority_class_name = Some("spare".into()),
+            "spec.collector.workloadPriorityClassName",
+            "Required value: spec.collector.minReplicas",
+        ),
+        (
+            "a collectors' class that is no name",
+            |j| {
+                let collector = j.spec.collector.as_mut().unwrap();
+                (collector.min_replicas, collector.workload_priority_class_name) = (Some(1), Some("Spare!".into()));
+            },
+            "spec.collector.workloadPriorityClassName",
+            "Invalid value \"Spare!\": a WorkloadPriorityClass name",
+        ),
+        (
             "minReplicas above maxReplicas",
             |j| {
                 let collector = j.spec.collector.as_mut().unwrap();

@@ -71,6 +71,9 @@ pub struct Kueue {
     pub flavors: Store<DynamicObject>,
     /// Every PriorityClass, whose value a Workload carries.
     pub priorities: Store<PriorityClass>,
+    /// Every WorkloadPriorityClass, whose value collector Workloads carry
+    /// (`spec.collector.workloadPriorityClassName`).
+    pub workload_priorities: Store<DynamicObject>,
 }
 
 /// Namespaces whose shared ServiceAccount and RoleBinding this process made or found

@@ -16,7 +16,13 @@ fn context_with_workload(client: kube::Client, workload: serde_json::Value) -> A
     let object: DynamicObject = serde_json::from_value(workload).unwrap();
     writer.apply_watcher_event(&watcher::Event::Apply(object));
     let flavors = reflector::store::Writer::new(di_core::queue::flavor_kind()).as_reader();
-    let kueue = Kueue { workloads: writer.as_reader(), flavors, priorities: reflector::store().0 };
+    let classes = reflector::store::Writer::new(di_core::queue::workload_priority_kind()).as_reader();
+    let kueue = Kueue {
+        workloads: writer.as_reader(),
+        flavors,
+        priorities: reflector::store().0,
+        workload_priorities: classes,
+    };
     Arc::get_mut(&mut ctx).expect("the test's context alone").kueue = Some(kueue);
     ctx
 }

@@ -166,14 +166,18 @@ pub async fn run(
         let (pods, services, configs) = (context.pods.clone(), context.services.clone(), context.configs.clone());
         // Nor before the Workloads are: a job in a queue whose Workload is not seen would be held,
         // and an admitted one lose its pods.
-        let workloads = context.kueue.as_ref().map(|k| (k.workloads.clone(), k.flavors.clone(), k.priorities.clone()));
+        let workloads = context
+            .kueue
+            .as_ref()
+            .map(|k| (k.workloads.clone(), k.flavors.clone(), k.priorities.clone(), k.workload_priorities.clone()));
         async move {
             let _ = futures::join!(pods.wait_until_ready(), services.wait_until_ready(), configs.wait_until_ready());
-            if let Some((workloads, flavors, priorities)) = workloads {
+            if let Some((workloads, flavors, priorities, classes)) = workloads {
                 let _ = futures::join!(
                     workloads.wait_until_ready(),
                     flavors.wait_until_ready(),
-                    priorities.wait_until_ready()
+                    priorities.wait_until_ready(),
+                    classes.wait_until_ready()
                 );
             }
             info!("pods and services listed: reconciling");

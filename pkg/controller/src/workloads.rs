@@ -86,7 +86,7 @@ pub fn watch(
     let flavor_writer = reflector::store::Writer::new(flavor_kind.clone());
     let flavors = flavor_writer.as_reader();
     let flavor_api: Api<DynamicObject> = Api::all_with(client.clone(), &flavor_kind);
-    // Flavors and PriorityClasses trigger no pass: they matter when an admitted job's pods are
+    // Flavors and (Workload) PriorityClasses trigger no pass: they matter when an admitted job's pods are
     // created, or its Workload made, which the admission or the job itself triggers.
     let (priorities, priority_writer) = reflector::store();
     let priority_api: Api<PriorityClass> = Api::all(client.clone());
@@ -99,10 +99,18 @@ pub fn watch(
         .modify(|p| p.metadata.managed_fields = None)
         .reflect(priority_writer)
         .for_each(|_| std::future::ready(()));
+    let class_kind = queue::workload_priority_kind();
+    let class_writer = reflector::store::Writer::new(class_kind.clone());
+    let workload_priorities = class_writer.as_reader();
+    let class_watch = watcher(Api::<DynamicObject>::all_with(client.clone(), &class_kind), watcher::Config::default())
+        .backoff(backoff())
+        .modify(|c| c.metadata.managed_fields = None)
+        .reflect(class_writer)
+        .for_each(|_| std::future::ready(()));
     let cluster_watches = async move {
-        futures::join!(flavor_watch, priority_watch);
+        futures::join!(flavor_watch, priority_watch, class_watch);
     };
-    (Kueue { workloads, flavors, priorities }, workload_stream, cluster_watches)
+    (Kueue { workloads, flavors, priorities, workload_priorities }, workload_stream, cluster_watches)
 }
 
 /// The job a Workload belongs to: its controller reference's, in its namespace.
@@ -128,14 +136,24 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
     if !queued {
         // Left from when the job was in a queue: they go (`queue::attach`).
         let left = workload.is_some() || !collectors.is_empty();
-        return left.then(|| Queue::Kueue { workload, flavors: BTreeMap::new(), priority: None, collectors });
+        return left.then(|| Queue::Kueue {
+            workload,
+            flavors: BTreeMap::new(),
+            priority: None,
+            collectors,
+            collector_class: None,
+        });
     }
     let flavors: BTreeMap<String, serde_json::Value> =
         kueue.flavors.state().iter().map(|f| (f.name_any(), f.data["spec"].clone())).collect();
     let class = job.spec.priority_class_name.as_deref().filter(|c| !c.is_empty());
     let priority =
         class.and_then(|c| kueue.priorities.get(&ObjectRef::new(c)).map(|p| (c.to_owned(), p.value.unwrap_or(0))));
-    Some(Queue::Kueue { workload, flavors, priority, collectors })
+    let collector_class = job.spec.collector.as_ref().and_then(|c| c.workload_priority_class_name.as_deref());
+    let collector_class = collector_class
+        .and_then(|c| kueue.workload_priorities.get(&ObjectRef::new_with(c, queue::workload_priority_kind())))
+        .map(|class| class.data["value"].as_i64().unwrap_or(0).clamp(i32::MIN.into(), i32::MAX.into()) as i32);
+    Some(Queue::Kueue { workload, flavors, priority, collectors, collector_class })
 }
 
 /// The Workloads of `job`'s collectors above its core (`spec.collector.minReplicas`), by index:

@@ -32,6 +32,9 @@ pub enum Queue {
         /// The Workloads of the collectors above the job's core (`spec.collector.minReplicas`),
         /// by collector index.
         collectors: BTreeMap<u32, serde_json::Value>,
+        /// The value of the WorkloadPriorityClass `spec.collector.workloadPriorityClassName`
+        /// names, when it exists.
+        collector_class: Option<i32>,
     },
 }
 

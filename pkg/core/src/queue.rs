@@ -57,6 +57,11 @@ pub fn flavor_kind() -> ApiResource {
     kueue_kind("ResourceFlavor", "resourceflavors")
 }
 
+/// Kueue's WorkloadPriorityClass kind (cluster-scoped).
+pub fn workload_priority_kind() -> ApiResource {
+    kueue_kind("WorkloadPriorityClass", "workloadpriorityclasses")
+}
+
 /// The LocalQueue a job waits in, if it is in one.
 pub fn queue_name(job: &DIJob) -> Option<&str> {
     job.queue_name()
@@ -180,7 +185,8 @@ pub fn beyond_room(
 /// no pod running, Kueue hears that it finished. Its podSets, which the spec cannot build, are
 /// left as they are.
 pub fn obey(job: &DIJob, world: &World, phase: Option<Phase>) -> Vec<Action> {
-    let (Some(name), Some(queue @ Queue::Kueue { workload: Some(workload), .. })) = (queue_name(job), &world.queue)
+    let (Some(name), Some(queue @ Queue::Kueue { workload: Some(workload), collectors, .. })) =
+        (queue_name(job), &world.queue)
     else {
         return vec![];
     };
@@ -201,6 +207,7 @@ pub fn obey(job: &DIJob, world: &World, phase: Option<Phase>) -> Vec<Action> {
             actions.push(Action::WriteWorkloadStatus(Box::new(written)));
         }
     }
+    actions.extend(collectors::obey(job, world, name, collectors, held || finished.is_some()));
     actions
 }
 
@@ -228,7 +235,7 @@ pub fn attach(
     plan: &mut Plan,
 ) -> Result<BTreeSet<String>, BuildError> {
     let mut held = BTreeSet::new();
-    let Some(queue @ Queue::Kueue { workload, flavors, priority, collectors }) = &world.queue else {
+    let Some(queue @ Queue::Kueue { workload, flavors, priority, collectors, collector_class }) = &world.queue else {
         return Ok(held);
     };
     let Some(name) = queue_name(job) else {
@@ -327,7 +334,8 @@ pub fn attach(
     }
     let core_admitted = matches!(standing(name, queue), Standing::Admitted { .. });
     let core_priority = workload["spec"]["priority"].as_i64().unwrap_or(0);
-    let queued = collectors::Queued { name, core_admitted, collectors, flavors, core_priority };
+    let queued =
+        collectors::Queued { name, core_admitted, collectors, flavors, core_priority, class: *collector_class };
     collectors::attach(job, world, &queued, &wanted, settings, plan, &mut held)?;
     let status = &plan.status;
     // Ready: every pod of the core that may run (up to what was admitted) is ready or has ended

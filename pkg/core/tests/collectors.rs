@@ -49,9 +49,20 @@ fn evict(mut workload: Value) -> Value {
 }
 
 fn decide(job: &DIJob, pods: &[Pod], services: &[Service], core: Value, collectors: BTreeMap<u32, Value>) -> Plan {
+    decide_with_class(job, (pods, services), core, collectors, None)
+}
+
+/// As [`decide`], the job's WorkloadPriorityClass for its collectors found with `class`'s value.
+fn decide_with_class(
+    job: &DIJob,
+    (pods, services): (&[Pod], &[Service]),
+    core: Value,
+    collectors: BTreeMap<u32, Value>,
+    collector_class: Option<i32>,
+) -> Plan {
     let mut world = world(pods, services, now());
     let flavors = BTreeMap::from([("a100".to_string(), json!({"nodeLabels": {"gpu": "a100"}}))]);
-    world.queue = Some(Queue::Kueue { workload: Some(core), flavors, priority: None, collectors });
+    world.queue = Some(Queue::Kueue { workload: Some(core), flavors, priority: None, collectors, collector_class });
     plan(job, &world, &Settings::default(), BACKOFF).unwrap()
 }
 
@@ -175,7 +186,11 @@ fn written_to(plan: &Plan, index: u32) -> bool {
 }
 
 fn deletes_workload(plan: &Plan) -> bool {
-    plan.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { name, .. } if name.ends_with("collector-1")))
+    gives_back(&plan.actions)
+}
+
+fn gives_back(actions: &[Action]) -> bool {
+    actions.iter().any(|a| matches!(a, Action::DeleteWorkload { name, .. } if name.ends_with("collector-1")))
 }
 
 /// A collector whose Workload is gone (deleted by hand, or by Kueue's retention) runs on no
@@ -279,4 +294,57 @@ fn max_replicas_outside_a_queue_runs_replicas() {
     let mut pods = created(&plan.actions);
     pods.sort();
     assert_eq!(pods, ["job-collector-0", "job-collector-1", "job-coordinator", "job-learner-0"]);
+}
+
+/// A job naming a WorkloadPriorityClass for its collectors: their Workloads carry it and its
+/// value (one below on spare room); while it does not exist, none is made and the job says why.
+#[test]
+fn collectors_take_the_workload_priority_class_the_job_names() {
+    let mut job = up_to(3);
+    job.spec.collector.as_mut().unwrap().workload_priority_class_name = Some("spare".into());
+    let plan = decide_with_class(&job, (&[], &[]), core_of(&job), BTreeMap::new(), Some(50));
+    let names: Vec<String> = (1..3).map(|i| workload_name(&job, i)).collect();
+    assert_eq!(priorities(&plan), [(names[0].clone(), 50), (names[1].clone(), 49)]);
+    let class = &workload_of(&plan, 1)["spec"]["priorityClassRef"];
+    assert_eq!(class, &json!({"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "spare"}));
+
+    let missing = decide_with_class(&job, (&[], &[]), core_of(&job), BTreeMap::new(), None);
+    assert!(made(&missing).is_empty(), "{:?}", missing.actions);
+    let said = condition(&missing, "CollectorsQueued");
+    assert_eq!((said.status.as_str(), said.reason.as_deref()), ("True", Some("WorkloadPriorityClassNotFound")));
+    assert!(said.message.as_deref().unwrap().contains("WorkloadPriorityClass spare"), "{said:?}");
+}
+
+/// A job held on a spec it cannot act on still obeys its collectors' Workloads: one Kueue
+/// evicted loses its pod and is given back once the pod has gone.
+#[test]
+fn a_held_job_gives_an_evicted_collectors_quota_back() {
+    let job = elastic(2);
+    let one = admit(workload_of(&decide(&job, &[], &[], core_of(&job), BTreeMap::new()), 1), &[("collector", 1)]);
+    let held = |pods: &[Pod], services: &[Service]| {
+        let mut world = world(pods, services, now());
+        let collectors = BTreeMap::from([(1, evict(one.clone()))]);
+        let flavors = BTreeMap::new();
+        world.queue = Some(Queue::Kueue {
+            workload: Some(core_of(&job)),
+            flavors,
+            priority: None,
+            collectors,
+            collector_class: None,
+        });
+        di_core::queue::obey(&job, &world, None)
+    };
+    let (pods, services) = world_of(&job, |_| Some("Running"));
+    let running = held(&pods, &services);
+    assert!(
+        running
+            .iter()
+            .any(|a| matches!(a, Action::DeletePod { name, why: Why::Reclaimed, .. } if name == "job-collector-1")),
+        "{running:?}"
+    );
+    assert!(!gives_back(&running), "not while its pod runs");
+    let rest: Vec<Pod> = pods.iter().filter(|p| p.name_any() != "job-collector-1").cloned().collect();
+    let gone = held(&rest, &services);
+    assert!(gives_back(&gone), "{gone:?}");
+    assert!(!gone.iter().any(|a| matches!(a, Action::DeletePod { .. })), "the core stays: {gone:?}");
 }

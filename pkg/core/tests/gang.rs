@@ -236,6 +236,7 @@ fn a_gang_counts_only_on_the_pods_its_queue_admitted_room_for() {
         flavors: Default::default(),
         priority: None,
         collectors: Default::default(),
+        collector_class: None,
     });
     let queued = plan(&task_job(3), &world, &settings, common::BACKOFF).unwrap();
     let created: Vec<String> = queued

@@ -316,3 +316,36 @@ async fn ding_scales_a_queued_job_through_its_own_client() {
     queue.delete().await;
     kueue.stop().await;
 }
+
+/// A job naming a WorkloadPriorityClass for its collectors: Kueue admits their Workloads, which
+/// carry the class and its value, and the collectors run.
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn collector_workloads_carry_the_class_the_job_names() {
+    let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let s = Box::pin(Scenario::on(cluster, "collector-class", &[])).await;
+    let classes: Api<DynamicObject> =
+        Api::all_with(s.cluster.client.clone(), &kueue::resource("WorkloadPriorityClass", "workloadpriorityclasses"));
+    let class = format!("{}-spare", s.ns);
+    let object = json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                        "metadata": {"name": class}, "value": 50});
+    classes.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
+    let queue =
+        TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "300m"), ("memory", "100Gi")]).await;
+    let counts = json!({"replicas": 3, "minReplicas": 1, "workloadPriorityClassName": class});
+    submit_with(&s, "classy", "team-queue", counts, None).await;
+    until_running(&s, "classy", 4).await;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
+    let listed = workloads.list(&ListParams::default()).await.unwrap().items;
+    let collectors: Vec<_> = listed.iter().filter(|w| w.name_any().contains("-collector-")).collect();
+    assert_eq!(collectors.len(), 2, "{:?}", listed.iter().map(|w| w.name_any()).collect::<Vec<_>>());
+    for workload in collectors {
+        assert_eq!(workload.data["spec"]["priority"], 50, "{:?}", workload.data["spec"]);
+        assert_eq!(workload.data["spec"]["priorityClassRef"]["name"], json!(class));
+    }
+    drop(s);
+    queue.delete().await;
+    classes.delete(&class, &DeleteParams::default()).await.unwrap();
+    kueue.stop().await;
+}

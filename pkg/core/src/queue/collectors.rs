@@ -52,14 +52,20 @@ pub fn above_core(job: &DIJob, pod: &str) -> Option<u32> {
 }
 
 /// A collector Workload's priority: one below its core's (as the core's Workload carries it)
-/// for a collector `replicas` asks for, two below for one on spare room (up to `maxReplicas`).
-/// Kueue takes the lowest first: a job's spare-room collectors, then its asked-for ones, before
-/// its own core and before the core of any job of the same priority.
-fn priority(core_priority: i64, spare: bool) -> i64 {
-    core_priority.saturating_sub(if spare { 2 } else { 1 }).max(i64::from(i32::MIN))
+/// for a collector `replicas` asks for, two below for one on spare room (up to `maxReplicas`);
+/// with the job's WorkloadPriorityClass (`class`, its value), that value, one below for spare
+/// room. Kueue takes the lowest first: a job's spare-room collectors, then its asked-for ones,
+/// by default before its own core and before the core of any job of the same priority.
+fn priority(core_priority: i64, class: Option<i32>, spare: bool) -> i64 {
+    let (base, below) = match class {
+        Some(value) => (i64::from(value), i64::from(spare)),
+        None => (core_priority, if spare { 2 } else { 1 }),
+    };
+    base.saturating_sub(below).max(i64::from(i32::MIN))
 }
 
-/// A collector's Workload: one podSet of its one pod, at `priority`.
+/// A collector's Workload: one podSet of its one pod, at `priority` (of the job's
+/// WorkloadPriorityClass, where it names one).
 fn made(
     job: &DIJob,
     queue: &str,
@@ -71,7 +77,16 @@ fn made(
     let mut workload = made_of(job, queue, None, &pod_sets(std::slice::from_ref(pod)), settings)?;
     workload["metadata"]["name"] = json!(workload_name(job, index));
     workload["spec"]["priority"] = json!(priority);
+    if let Some(class) = class_name(job) {
+        workload["spec"]["priorityClassRef"] =
+            json!({"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": class});
+    }
     Ok(workload)
+}
+
+/// The WorkloadPriorityClass the job names for its collectors, if any.
+fn class_name(job: &DIJob) -> Option<&str> {
+    job.spec.collector.as_ref()?.workload_priority_class_name.as_deref()
 }
 
 /// What a pass knows of the queue of a job with collectors above its core.
@@ -85,6 +100,8 @@ pub(super) struct Queued<'a> {
     pub flavors: &'a BTreeMap<String, Value>,
     /// The core Workload's priority (`spec.priority`; 0 without one).
     pub core_priority: i64,
+    /// The value of the job's WorkloadPriorityClass for its collectors, where it exists.
+    pub class: Option<i32>,
 }
 
 /// After the core's part of `queue::attach`: each collector above the core is created only while
@@ -101,7 +118,9 @@ pub(super) fn attach(
     plan: &mut Plan,
     held: &mut BTreeSet<String>,
 ) -> Result<(), BuildError> {
-    let Queued { name: queue, core_admitted, collectors, flavors, core_priority } = *queued;
+    let Queued { name: queue, core_admitted, collectors, flavors, core_priority, class } = *queued;
+    // A class named and not found: no collector Workload is made until it is (those made stay).
+    let missing = class_name(job).filter(|_| class.is_none());
     let Some(min) = job.spec.collector.as_ref().and_then(|c| c.core_collectors()) else { return Ok(()) };
     let finished = plan.status.phase.is_some_and(|p| p.is_finished());
     let asked = job.spec.collector_replicas().max(0) as u32;
@@ -114,7 +133,7 @@ pub(super) fn attach(
         let pod = pod_of(index);
         let runs = core_admitted && !finished;
         let spare = index >= asked;
-        let priority = priority(core_priority, spare);
+        let priority = priority(core_priority, class, spare);
         let Some(workload) = collectors.get(&index).filter(|_| runs) else {
             held.insert(name.clone());
             if runs {
@@ -124,14 +143,14 @@ pub(super) fn attach(
                 if let Some(pod) = pod.filter(|p| !is_terminating(p) && pod_phase(p) != "Succeeded") {
                     actions.push(delete_pod(pod, Why::Reclaimed));
                 }
-                if let Some(template) = wanted.iter().find(|p| p.name_any() == name) {
+                if let Some(template) = wanted.iter().find(|p| p.name_any() == name).filter(|_| missing.is_none()) {
                     let made = made(job, queue, index, template, priority, settings)?;
                     actions.push(Action::CreateWorkload(Box::new(made)));
                 }
             }
             continue;
         };
-        if workload["spec"]["priority"].as_i64() != Some(priority) {
+        if workload["spec"]["priority"].as_i64() != Some(priority) && missing.is_none() {
             actions.push(Action::SetWorkloadPriority {
                 name: super::metadata(workload, "name"),
                 resource_version: super::metadata(workload, "resourceVersion"),
@@ -185,9 +204,34 @@ pub(super) fn attach(
         }
     }
     plan.actions.extend(actions);
-    say(queue, &count, world, plan);
+    say(queue, &count, missing, world, plan);
     plan.status.collectors_above_core = Some(count);
     Ok(())
+}
+
+/// What a job held on a spec it cannot act on owes its collectors' Workloads (see
+/// `queue::obey`): a collector whose Workload is not admitted loses its pod, and the Workloads of
+/// those, or of every collector when the core is held or the job has ended (`all`), are given
+/// back once their pods no longer may run.
+pub(super) fn obey(
+    job: &DIJob,
+    world: &World,
+    queue: &str,
+    collectors: &BTreeMap<u32, Value>,
+    all: bool,
+) -> Vec<Action> {
+    let mut actions = vec![];
+    let mut given_back = BTreeMap::new();
+    for (index, workload) in collectors {
+        let admitted = matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
+        if all || !admitted {
+            let pod = pod_of(job, world, *index).filter(|p| !is_terminating(p) && may_run(Some(p)));
+            actions.extend(pod.filter(|_| !all).map(|p| delete_pod(p, Why::Reclaimed)));
+            given_back.insert(*index, workload.clone());
+        }
+    }
+    actions.extend(left_behind(job, world, &given_back));
+    actions
 }
 
 /// The deletes of the collector Workloads of a job taken out of its queue, each once its pod no
@@ -198,7 +242,7 @@ pub(super) fn left_behind(job: &DIJob, world: &World, collectors: &BTreeMap<u32,
 
 /// The condition `CollectorsQueued`: True while collectors `replicas` asks for above the core
 /// wait for quota (spare-room ones waiting is their normal state, and says nothing).
-fn say(queue: &str, count: &CollectorsAboveCore, world: &World, plan: &mut Plan) {
+fn say(queue: &str, count: &CollectorsAboveCore, missing: Option<&str>, world: &World, plan: &mut Plan) {
     let CollectorsAboveCore { admitted, waiting, preempted, spare } = *count;
     let asked = admitted - spare + waiting;
     if admitted + waiting == 0 && !plan.status.conditions.iter().any(|c| c.type_ == COLLECTORS_QUEUED) {
@@ -206,6 +250,13 @@ fn say(queue: &str, count: &CollectorsAboveCore, world: &World, plan: &mut Plan)
     }
     let spare_said = if spare > 0 { format!("; {spare} more run on spare room") } else { String::new() };
     let (reason, message) = match (asked, waiting) {
+        (_, 1..) if let Some(class) = missing => (
+            "WorkloadPriorityClassNotFound",
+            format!(
+                "{waiting} collector(s) above the job's core wait: spec.collector.workloadPriorityClassName names \
+                 WorkloadPriorityClass {class}, which does not exist; create it (kueue.x-k8s.io/v1beta2)"
+            ),
+        ),
         (0, _) if spare == 0 => (
             "NoneAbove",
             "no collector above the job's core runs or waits (the core is not admitted, or asks for none)".into(),

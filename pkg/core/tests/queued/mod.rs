@@ -34,7 +34,7 @@ pub fn kueue(workload: Option<Value>) -> Queue {
         "a100".to_string(),
         json!({"nodeLabels": {"gpu": "a100"}, "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}),
     )]);
-    Queue::Kueue { workload, flavors, priority: None, collectors: Default::default() }
+    Queue::Kueue { workload, flavors, priority: None, collectors: Default::default(), collector_class: None }
 }
 
 /// What the orchestrator would report of a job seen so, giving nothing back.
