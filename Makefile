@@ -61,10 +61,12 @@ e2e: kind
 e2e-kind:
 	kind/tier.sh
 
-## image: build the orchestrator's image from source (opendilab/di-orchestrator:dev; pulls the
-##        Rust and Debian base images; kind/up.sh builds one offline from the workspace's binary)
+## image: build the orchestrator's image from source, tagged IMAGE (default
+##        opendilab/di-orchestrator:dev; pulls the Rust and Debian base images; kind/up.sh builds
+##        one offline from the workspace's binary)
+IMAGE ?= opendilab/di-orchestrator:dev
 image:
-	docker build -t opendilab/di-orchestrator:dev .
+	docker build -t $(IMAGE) .
 
 ## kind: from nothing to the orchestrator deployed on a kind cluster (kind/up.sh: starts dockerd
 ##       if none answers, builds kind and, without a registry, the node image into the cache)

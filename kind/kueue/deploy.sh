@@ -65,7 +65,7 @@ manifests=$(render "$module" "$image")
 before=$("$kubectl" -n kueue-system get deployment kueue-controller-manager -o name 2>/dev/null || true)
 # Server-side: Kueue's CRDs are too large for the annotation a client-side apply keeps.
 echo "$manifests" | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
-# What the README tells a cluster admin to apply beside Kueue: its reading of DIJobs.
+# What the guide's Queues and quotas tells a cluster admin to apply beside Kueue: its reading of DIJobs.
 "$kubectl" apply --server-side --force-conflicts -f manifests/kueue/dijob-reader.yaml >/dev/null
 # A new image under the same tag, or a new configuration (read only at start): restart it.
 applied="$(docker image inspect -f '{{.Id}}' "$image") $(echo "$manifests" | sha256sum | cut -d' ' -f1)"

@@ -77,7 +77,7 @@ pub(crate) struct ServeArgs {
     /// `policy` refuses to start without it; `per-job` always makes a job's own RBAC.
     #[arg(long, value_enum, env = "DI_REPLICA_IDENTITY", default_value = "auto")]
     pub(crate) replica_identity: ReplicaIdentity,
-    /// The gang scheduler jobs' gangs are made for (see the README's "Gang scheduling"): `auto`
+    /// The gang scheduler jobs' gangs are made for (see docs/guide/gangs.md): `auto`
     /// uses Kubernetes' own PodGroups where the API server serves them (1.37 with the
     /// GenericWorkload feature gate) and otherwise makes no gangs, saying so once; `native`,
     /// `coscheduling` (scheduler-plugins) and `volcano` refuse to start without their PodGroup
@@ -122,7 +122,7 @@ pub(crate) struct ServeArgs {
     /// wait for the shared budget, so this many jobs' creates queue for it at once.
     #[arg(long, default_value_t = 100)]
     pub(crate) concurrency: u16,
-    /// Creates of pods and Services one job's pass sends at once (see the README's Performance).
+    /// Creates of pods and Services one job's pass sends at once (see docs/PERFORMANCE.md).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) creates_per_job: u16,
     /// Creates in flight at once, all jobs together: what a hundred jobs starting at once may ask
@@ -138,7 +138,7 @@ pub(crate) struct ServeArgs {
     /// Threads that run the reconciler, the webhooks and the probes. One (the default) runs them
     /// all on one thread: measured on 2 cores, a second worker cost up to two fifths more CPU per
     /// job in waking and parking threads, and starting jobs waits on the API server, not on this
-    /// process. Raise it where the orchestrator's CPU is the limit (see the README).
+    /// process. Raise it where the orchestrator's CPU is the limit (see docs/PERFORMANCE.md).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) worker_threads: u16,
     /// Reconcile only the DIJobs of this namespace (default: every namespace).

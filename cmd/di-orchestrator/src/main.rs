@@ -96,8 +96,8 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     jobs.list_metadata(&kube::api::ListParams::default().limit(1)).await.map_err(|e| match e {
         kube::Error::Api(status) if status.code == 404 => anyhow::anyhow!(
             "the API server serves no DIJobs under {}: the CRDs are not installed, or they are an older \
-             release's (DI-orchestrator 1.x's serve v2alpha1 alone). Apply manifests/crds/ (the README's \
-             \"Upgrading from DI-orchestrator 0.2 / 1.x\" says how for each install path)",
+             release's (DI-orchestrator 1.x's serve v2alpha1 alone). Apply manifests/crds/ \
+             (docs/guide/upgrading.md says how for each install path)",
             <di_api::DIJob as kube::Resource>::api_version(&())
         ),
         other => anyhow::Error::new(other).context("listing DIJobs"),

@@ -29,7 +29,7 @@ pub const IMAGE: &str = concat!("opendilab/di-orchestrator:", env!("CARGO_PKG_VE
 /// Labels DI-orchestrator 0.2 put on every pod and service; DI-engine and users' tooling select on them.
 /// Labels of other projects' that a DIJob carries.
 pub mod kueue {
-    /// Value: the Kueue LocalQueue of the job's namespace it waits in (see the README's "Queues
+    /// Value: the Kueue LocalQueue of the job's namespace it waits in (see the guide's "Queues
     /// and quotas").
     pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
     /// The job's condition that is True while its queue holds it, False once admitted.
