@@ -25,11 +25,26 @@ const SIZES: [(usize, usize, usize); 3] = [(1, 10, 5), (1, 100, 3), (10, 10, 3)]
 const QUEUE: &str = "bench";
 
 pub async fn measure(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    on_kueue("queue", ("bench-queues", "-queues"), async |bench: &Bench, client: &Client| {
+        queue_in(client, &bench.jobs_ns).await?;
+        on(bench, rows).await
+    })
+    .await
+}
+
+/// Runs `body` on a control plane of its own with Kueue v0.19.2 beside it and one orchestrator
+/// started with `--queues=kueue` (`hint` and `instance` as [`Bench::start`]'s), then stops them.
+/// Without Kueue it says why the `what` benchmark is skipped, and measures nothing.
+pub(super) async fn on_kueue(
+    what: &str,
+    (hint, instance): (&str, &str),
+    body: impl AsyncFnOnce(&Bench, &Client) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let root = binaries::repo_root();
     let (binary, module) = match kueue::obtain(&root)? {
         Ok(found) => found,
         Err(Unavailable(why)) => {
-            eprintln!("SKIPPED: the queue benchmark needs Kueue: {why}");
+            eprintln!("SKIPPED: the {what} benchmark needs Kueue: {why}");
             return Ok(());
         }
     };
@@ -39,12 +54,10 @@ pub async fn measure(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
         cluster.install_crds().await;
         kueue::start(&mut plane, &cluster, &binary, &module).await?;
-        let base_ns = cluster.namespace("queues-unused").await;
+        let base_ns = cluster.namespace(&format!("{hint}-unused")).await;
         let _base_nodes = SimulatedNodes::start_with(client.clone(), &base_ns, Binding::Themselves);
-        let (_o, bench, _n) =
-            Bench::start(&plane, &cluster, "bench-queues", "-queues", &base_ns, &["--queues=kueue"]).await?;
-        queue_in(&client, &bench.jobs_ns).await?;
-        on(&bench, rows).await
+        let (_o, bench, _n) = Bench::start(&plane, &cluster, hint, instance, &base_ns, &["--queues=kueue"]).await?;
+        body(&bench, &client).await
     }
     .await;
     plane.stop().await;

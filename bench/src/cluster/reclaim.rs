@@ -14,19 +14,16 @@ use std::time::Duration;
 use di_api::DIJob;
 use di_api::contract::kueue::QUEUE_NAME;
 use di_api::contract::labels;
-use di_e2e::binaries::{self, Unavailable};
-use di_e2e::cluster::TestCluster;
 use di_e2e::kueue::{self, Cohort};
-use di_e2e::nodes::{Binding, SimulatedNodes};
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use super::Row;
 use super::empty::until_none;
 use super::harness::{self, Bench, median, took, watch_until};
 use super::jobs::{job, pod_running};
 use super::limit::paired_median;
-use super::queues::requested;
+use super::queues::{on_kueue, requested};
 
 /// Runs of each figure.
 const RUNS: usize = 5;
@@ -40,39 +37,15 @@ const SPARE: usize = 12;
 const STOPPING: Duration = Duration::from_millis(100);
 
 pub async fn measure(rows: &mut Vec<Row>) -> anyhow::Result<()> {
-    let root = binaries::repo_root();
-    let (binary, module) = match kueue::obtain(&root)? {
-        Ok(found) => found,
-        Err(Unavailable(why)) => {
-            eprintln!("SKIPPED: the reclaim benchmark needs Kueue: {why}");
-            return Ok(());
-        }
-    };
-    let Some(mut plane) = harness::control_plane().await? else { return Ok(()) };
-    let result = async {
-        let client = plane.client().await?;
-        let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
-        cluster.install_crds().await;
-        kueue::start(&mut plane, &cluster, &binary, &module).await?;
-        let base_ns = cluster.namespace("reclaim-unused").await;
-        let _base_nodes = SimulatedNodes::start_with(client.clone(), &base_ns, Binding::Themselves);
-        let (_o, bench, _n) =
-            Bench::start(&plane, &cluster, "bench-reclaim", "-reclaim", &base_ns, &["--queues=kueue"]).await?;
+    on_kueue("reclaim", ("bench-reclaim", "-reclaim"), async |bench: &Bench, client: &Client| {
         // a: its job's core (20m + 10m); b: its job (20m + 10 x 10m). Memory is no one's limit.
-        let cohort = Cohort::create(
-            &client,
-            &bench.jobs_ns,
-            &[("cpu", "30m"), ("memory", "100Gi")],
-            &[("cpu", "120m"), ("memory", "100Gi")],
-        )
-        .await;
-        let measured = on(&bench, rows).await;
+        let a = [("cpu", "30m"), ("memory", "100Gi")];
+        let cohort = Cohort::create(client, &bench.jobs_ns, &a, &[("cpu", "120m"), ("memory", "100Gi")]).await;
+        let measured = on(bench, rows).await;
         cohort.delete().await;
         measured
-    }
-    .await;
-    plane.stop().await;
-    result
+    })
+    .await
 }
 
 async fn on(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
