@@ -105,6 +105,10 @@ pub(crate) fn publish(
     action: &str,
     note: Option<String>,
 ) {
+    debug_assert!(
+        di_core::reasons::event_listed(reason),
+        "event reason {reason} is not in docs/guide/troubleshooting.md: add its row"
+    );
     let event = Event { type_, reason: reason.into(), note, action: action.into(), secondary: None };
     ctx.events.send(event, job.clone(), name);
 }

@@ -11,6 +11,7 @@ mod gangs;
 pub mod lost;
 pub mod plan;
 pub mod queue;
+pub mod reasons;
 pub mod restarts;
 pub mod status;
 pub mod tasks;

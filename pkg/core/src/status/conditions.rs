@@ -34,6 +34,10 @@ pub fn set_condition(
     message: &str,
     now: Timestamp,
 ) {
+    debug_assert!(
+        reason.is_empty() || crate::reasons::condition_listed(type_, reason),
+        "condition {type_} reason {reason} is not in docs/guide/troubleshooting.md: add its row"
+    );
     let status = if status { "True" } else { "False" }.to_string();
     let reason = Some(reason.to_owned()).filter(|r| !r.is_empty());
     let message = Some(message.to_owned()).filter(|m| !m.is_empty());
