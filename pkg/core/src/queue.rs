@@ -244,7 +244,7 @@ pub fn attach(
         if let Some(workload) = workload {
             plan.actions.push(delete_workload(workload));
         }
-        plan.actions.extend(collectors::left_behind(job, world, collectors));
+        plan.actions.extend(collectors::given_back(job, world, collectors));
         return Ok(held);
     };
     let finished = plan.status.phase.filter(|p| p.is_finished());

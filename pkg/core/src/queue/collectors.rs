@@ -189,12 +189,8 @@ pub(super) fn attach(
     }
     // Workloads of collectors no longer asked for, or of a job its queue holds or that has ended:
     // given back once their pod has gone.
-    for (index, workload) in collectors {
-        let asked_for = *index < slots && core_admitted && !finished;
-        if !asked_for && !may_run(pod_of(*index)) {
-            actions.push(delete_workload(workload));
-        }
-    }
+    let asked_for = |index: u32| index < slots && core_admitted && !finished;
+    actions.extend(given_back(job, world, collectors.iter().filter(|(i, _)| !asked_for(**i))));
     // Only the collectors that may run are created, each where its own Workload was admitted.
     plan.actions.retain(|a| !matches!(a, Action::CreatePod(pod) if held.contains(&pod.name_any())));
     for (index, workload) in collectors {
@@ -220,24 +216,26 @@ pub(super) fn obey(
     collectors: &BTreeMap<u32, Value>,
     all: bool,
 ) -> Vec<Action> {
+    let admitted = |workload: &Value| matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
+    let owed: Vec<(&u32, &Value)> = collectors.iter().filter(|(_, w)| all || !admitted(w)).collect();
     let mut actions = vec![];
-    let mut given_back = BTreeMap::new();
-    for (index, workload) in collectors {
-        let admitted = matches!(super::workload_standing(queue, workload), Standing::Admitted { .. });
-        if all || !admitted {
-            let pod = pod_of(job, world, *index).filter(|p| !is_terminating(p) && may_run(Some(p)));
-            actions.extend(pod.filter(|_| !all).map(|p| delete_pod(p, Why::Reclaimed)));
-            given_back.insert(*index, workload.clone());
-        }
+    if !all {
+        let running = owed.iter().filter_map(|(i, _)| pod_of(job, world, **i)).filter(|p| !is_terminating(p));
+        actions.extend(running.filter(|p| may_run(Some(p))).map(|p| delete_pod(p, Why::Reclaimed)));
     }
-    actions.extend(left_behind(job, world, &given_back));
+    actions.extend(given_back(job, world, owed));
     actions
 }
 
-/// The deletes of the collector Workloads of a job taken out of its queue, each once its pod no
-/// longer may run on it.
-pub(super) fn left_behind(job: &DIJob, world: &World, collectors: &BTreeMap<u32, Value>) -> Vec<Action> {
-    collectors.iter().filter(|(i, _)| !may_run(pod_of(job, world, **i))).map(|(_, w)| delete_workload(w)).collect()
+/// The deletes of `collectors`' Workloads (by index) whose pods no longer may run on them: the
+/// one rule by which a collector's quota is given back (scaled away, its job held, ended or taken
+/// out of its queue).
+pub(super) fn given_back<'a>(
+    job: &DIJob,
+    world: &World,
+    collectors: impl IntoIterator<Item = (&'a u32, &'a Value)>,
+) -> Vec<Action> {
+    collectors.into_iter().filter(|(i, _)| !may_run(pod_of(job, world, **i))).map(|(_, w)| delete_workload(w)).collect()
 }
 
 /// The condition `CollectorsQueued`: True while collectors `replicas` asks for above the core
