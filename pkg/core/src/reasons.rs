@@ -2,6 +2,9 @@
 //! its users in docs/guide/troubleshooting.md. In debug builds (every test tier's) writing one the
 //! page does not list panics, naming it: a new reason cannot ship unexplained.
 
+use std::collections::BTreeSet;
+use std::sync::OnceLock;
+
 /// The troubleshooting page, as built in.
 const PAGE: &str = include_str!("../../../docs/guide/troubleshooting.md");
 
@@ -14,14 +17,26 @@ fn rows(heading: &str) -> impl Iterator<Item = Vec<&'static str>> {
         .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().trim_matches('`')).collect())
 }
 
+/// The page's (condition type, reason) pairs and event reasons, read once.
+type Listed = (BTreeSet<(&'static str, &'static str)>, BTreeSet<&'static str>);
+
+fn listed() -> &'static Listed {
+    static LISTED: OnceLock<Listed> = OnceLock::new();
+    LISTED.get_or_init(|| {
+        let conditions = rows("Conditions").filter_map(|cells| Some((*cells.first()?, *cells.get(2)?))).collect();
+        let events = rows("Events").filter_map(|cells| cells.first().copied()).collect();
+        (conditions, events)
+    })
+}
+
 /// Whether the page lists `reason` for condition `type_`.
 pub fn condition_listed(type_: &str, reason: &str) -> bool {
-    rows("Conditions").any(|cells| cells.first() == Some(&type_) && cells.get(2) == Some(&reason))
+    listed().0.contains(&(type_, reason))
 }
 
 /// Whether the page lists event `reason`.
 pub fn event_listed(reason: &str) -> bool {
-    rows("Events").any(|cells| cells.first() == Some(&reason))
+    listed().1.contains(reason)
 }
 
 #[cfg(test)]
