@@ -9,9 +9,9 @@ use di_api::DIJob;
 use di_client::is_status;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tracing::{info, warn};
@@ -82,35 +82,37 @@ pub fn watch(
     let selector = watcher::Config::default().labels(&managed_selector());
     let workload_stream =
         watcher(api, selector).backoff(backoff()).modify(|w| w.metadata.managed_fields = None).reflect(writer);
-    let flavor_kind = queue::flavor_kind();
-    let flavor_writer = reflector::store::Writer::new(flavor_kind.clone());
-    let flavors = flavor_writer.as_reader();
-    let flavor_api: Api<DynamicObject> = Api::all_with(client.clone(), &flavor_kind);
-    // Flavors and (Workload) PriorityClasses trigger no pass: they matter when an admitted job's pods are
-    // created, or its Workload made, which the admission or the job itself triggers.
+    // Flavors and (Workload) PriorityClasses trigger no pass: they matter when an admitted job's
+    // pods are created, or a Workload made, which the admission or the job itself triggers.
+    let (flavors, flavor_watch) = cluster_cache(client, queue::flavor_kind(), backoff());
+    let (workload_priorities, class_watch) = cluster_cache(client, queue::workload_priority_kind(), backoff());
     let (priorities, priority_writer) = reflector::store();
     let priority_api: Api<PriorityClass> = Api::all(client.clone());
-    let flavor_watch = watcher(flavor_api, watcher::Config::default())
-        .backoff(backoff())
-        .reflect(flavor_writer)
-        .for_each(|_| std::future::ready(()));
     let priority_watch = watcher(priority_api, watcher::Config::default())
         .backoff(backoff())
         .modify(|p| p.metadata.managed_fields = None)
         .reflect(priority_writer)
         .for_each(|_| std::future::ready(()));
-    let class_kind = queue::workload_priority_kind();
-    let class_writer = reflector::store::Writer::new(class_kind.clone());
-    let workload_priorities = class_writer.as_reader();
-    let class_watch = watcher(Api::<DynamicObject>::all_with(client.clone(), &class_kind), watcher::Config::default())
-        .backoff(backoff())
-        .modify(|c| c.metadata.managed_fields = None)
-        .reflect(class_writer)
-        .for_each(|_| std::future::ready(()));
     let cluster_watches = async move {
         futures::join!(flavor_watch, priority_watch, class_watch);
     };
     (Kueue { workloads, flavors, priorities, workload_priorities }, workload_stream, cluster_watches)
+}
+
+/// A cache of every object of the cluster-scoped Kueue `kind`, and the watch that fills it.
+fn cluster_cache(
+    client: &Client,
+    kind: ApiResource,
+    backoff: watcher::ExponentialBackoff,
+) -> (Store<DynamicObject>, impl std::future::Future<Output = ()> + Send + 'static) {
+    let writer = reflector::store::Writer::new(kind.clone());
+    let store = writer.as_reader();
+    let watch = watcher(Api::<DynamicObject>::all_with(client.clone(), &kind), watcher::Config::default())
+        .backoff(backoff)
+        .modify(|o| o.metadata.managed_fields = None)
+        .reflect(writer)
+        .for_each(|_| std::future::ready(()));
+    (store, watch)
 }
 
 /// The job a Workload belongs to: its controller reference's, in its namespace.
