@@ -66,18 +66,18 @@ pub(super) async fn on_kueue(
 
 async fn on(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     // Each side's first job warms the caches of the kinds it makes (Kueue's Workloads too).
-    bench.submit_shaped("qwarm", 1, 10, queued).await?;
-    bench.submit_shaped("uwarm", 1, 10, unqueued).await?;
+    bench.submit_shaped("qwarm", 1, 10, in_queue(QUEUE)).await?;
+    bench.submit_shaped("uwarm", 1, 10, requested).await?;
     for (m, n, runs) in SIZES {
         let (mut ours, mut free) = (vec![], vec![]);
         for run in 0..runs {
             // Which side goes first alternates, as in `running`.
             if run % 2 == 1 {
-                free.push(bench.submit_shaped(&format!("u{m}x{n}-{run}"), m, n, unqueued).await?.took());
+                free.push(bench.submit_shaped(&format!("u{m}x{n}-{run}"), m, n, requested).await?.took());
             }
-            ours.push(bench.submit_shaped(&format!("q{m}x{n}-{run}"), m, n, queued).await?.took());
+            ours.push(bench.submit_shaped(&format!("q{m}x{n}-{run}"), m, n, in_queue(QUEUE)).await?.took());
             if run % 2 == 0 {
-                free.push(bench.submit_shaped(&format!("u{m}x{n}-{run}"), m, n, unqueued).await?.took());
+                free.push(bench.submit_shaped(&format!("u{m}x{n}-{run}"), m, n, requested).await?.took());
             }
             bench.settle().await?;
         }
@@ -109,13 +109,12 @@ pub(super) fn requested(job: &mut DIJob) {
     }
 }
 
-fn queued(job: &mut DIJob) {
-    requested(job);
-    job.labels_mut().insert(QUEUE_NAME.into(), QUEUE.into());
-}
-
-fn unqueued(job: &mut DIJob) {
-    requested(job);
+/// The job shaped for LocalQueue `queue`, its pods asking for the CPU Kueue counts.
+pub(super) fn in_queue(queue: &'static str) -> impl Fn(&mut DIJob) {
+    move |job| {
+        requested(job);
+        job.labels_mut().insert(QUEUE_NAME.into(), queue.into());
+    }
 }
 
 /// A flavor, a ClusterQueue with room for every run's jobs, and the LocalQueue `QUEUE` in `ns`.

@@ -12,18 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::DIJob;
-use di_api::contract::kueue::QUEUE_NAME;
 use di_api::contract::labels;
 use di_e2e::kueue::{self, Cohort};
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 
 use super::Row;
 use super::empty::until_none;
 use super::harness::{self, Bench, median, took, watch_until};
 use super::jobs::{job, pod_running};
 use super::limit::paired_median;
-use super::queues::{on_kueue, requested};
+use super::queues::{in_queue, on_kueue};
 
 /// Runs of each figure.
 const RUNS: usize = 5;
@@ -100,14 +99,6 @@ async fn on(bench: &Bench, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         met: None,
     });
     Ok(())
-}
-
-/// The job shaped for LocalQueue `queue`, its pods asking for the CPU Kueue counts.
-fn in_queue(queue: &'static str) -> impl Fn(&mut DIJob) {
-    move |job| {
-        requested(job);
-        job.labels_mut().insert(QUEUE_NAME.into(), queue.into());
-    }
 }
 
 /// Submits team a's job of one collector in its core and up to [`SPARE`] more on spare room,
