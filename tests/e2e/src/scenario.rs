@@ -1,6 +1,8 @@
 //! One test's world: a namespace of its own, simulated nodes, and an orchestrator for it, with
 //! the waits every scenario needs (on conditions, never on fixed sleeps).
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::labels;
@@ -8,10 +10,11 @@ use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::cluster::{TestCluster, connect, kubectl_said, within};
+use crate::cluster::{TestCluster, connect, kubectl_said, until_watched, within};
 use crate::nodes::Nodes;
 use crate::orchestrator::Orchestrator;
 
@@ -72,6 +75,23 @@ impl Scenario {
         merge(&mut job["spec"], extra);
         let job: DIJob = serde_json::from_value(job).unwrap();
         self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
+    }
+
+    /// Waits, on a watch of its pods, until `job` has `count` running pods (not being deleted),
+    /// at most `timeout`; their names.
+    pub async fn until_running_pods(&self, job: &str, count: usize, timeout: Duration) -> BTreeSet<String> {
+        let config = watcher::Config::default().labels(&format!("{}={job}", labels::JOB_NAME));
+        let what = format!("job {job} to have {count} running pods");
+        until_watched(self.pods.clone(), config, (), timeout, &what, |all: &[Arc<Pod>]| {
+            let running: BTreeSet<String> = all
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
+                .map(|p| p.name_any())
+                .collect();
+            (running.len() == count).then_some(running)
+        })
+        .await
     }
 
     pub async fn wait_phase(&self, name: &str, phase: Phase) -> DIJob {

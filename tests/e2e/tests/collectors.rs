@@ -3,23 +3,19 @@
 //! deployed there (`di_e2e::kueue`).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
-use di_api::contract::labels;
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::{until_watched, within};
+use di_e2e::cluster::within;
 use di_e2e::ding;
 use di_e2e::kueue::jobs::REPLICA_CPU;
 use di_e2e::kueue::{self, Cohort, Share, TestQueue};
 use di_e2e::orchestrator::Sidecar;
 use di_e2e::scenario::Scenario;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -74,14 +70,14 @@ async fn a_higher_priority_job_takes_collectors_before_any_core() {
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "300m"), ("memory", "100Gi")]).await;
     submit(&s, "low", "team-queue", 4, Some(1), None).await;
     s.wait_phase("low", Phase::Running).await;
-    until_running(&s, "low", 5).await;
+    s.until_running_pods("low", 5, RUNNING).await;
     let coordinator = uid(&s, "low-coordinator").await;
 
     // The high job needs 110m: two of the low job's collectors go, its core stays.
     submit(&s, "high", "team-queue", 1, None, Some(&high)).await;
     s.wait_phase("high", Phase::Running).await;
-    until_running(&s, "high", 2).await;
-    let kept = until_running(&s, "low", 3).await;
+    s.until_running_pods("high", 2, RUNNING).await;
+    let kept = s.until_running_pods("low", 3, RUNNING).await;
     assert!(kept.contains("low-coordinator") && kept.contains("low-collector-0"), "{kept:?}");
     assert_eq!(uid(&s, "low-coordinator").await, coordinator, "the core untouched");
     let low = s.jobs.get("low").await.unwrap().status.unwrap_or_default();
@@ -92,25 +88,8 @@ async fn a_higher_priority_job_takes_collectors_before_any_core() {
     kueue.stop().await;
 }
 
-/// The names of `pods` that run (not being deleted).
-fn running(pods: &[Arc<Pod>]) -> BTreeSet<String> {
-    let runs = |p: &Pod| {
-        p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    };
-    pods.iter().filter(|p| runs(p)).map(|p| p.name_any()).collect()
-}
-
-/// Waits, on a watch of its pods, until `job` has `count` running pods (a minute at most); their
-/// names.
-async fn until_running(s: &Scenario, job: &str, count: usize) -> BTreeSet<String> {
-    let pods = watcher::Config::default().labels(&format!("{}={job}", labels::JOB_NAME));
-    let what = format!("job {job} to have {count} running pods");
-    until_watched(s.pods.clone(), pods, (), Duration::from_secs(60), &what, |all| {
-        let now = running(all);
-        (now.len() == count).then_some(now)
-    })
-    .await
-}
+/// How long a scenario waits for a job's pods to run.
+const RUNNING: Duration = Duration::from_secs(60);
 
 async fn uid(s: &Scenario, pod: &str) -> String {
     s.pods.get(pod).await.unwrap().uid().unwrap()
@@ -128,20 +107,20 @@ async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
     let cohort = Cohort::create(&s.cluster.client, &s.ns, &TEAM_A, &TEAM_B).await;
     submit(&s, "lender-free", "team-a", 1, Some(1), None).await;
     s.wait_phase("lender-free", Phase::Running).await;
-    until_running(&s, "lender-free", 2).await;
+    s.until_running_pods("lender-free", 2, RUNNING).await;
     let coordinator = uid(&s, "lender-free-coordinator").await;
     let core_collector = uid(&s, "lender-free-collector-0").await;
 
     // Grown to 4 collectors: 3 above the core, 150m, borrowed from b's idle 200m.
     let grow = json!({"spec": {"collector": {"replicas": 4}}});
     s.jobs.patch("lender-free", &PatchParams::default(), &Patch::Merge(&grow)).await.unwrap();
-    until_running(&s, "lender-free", 5).await;
+    s.until_running_pods("lender-free", 5, RUNNING).await;
 
     // b comes: 160m of its own 200m, of which a borrows 110m. Two of a's collectors go.
     submit(&s, "owner", "team-b", 2, None, None).await;
     s.wait_phase("owner", Phase::Running).await;
-    until_running(&s, "owner", 3).await;
-    let kept = until_running(&s, "lender-free", 3).await;
+    s.until_running_pods("owner", 3, RUNNING).await;
+    let kept = s.until_running_pods("lender-free", 3, RUNNING).await;
     assert!(kept.contains("lender-free-coordinator") && kept.contains("lender-free-collector-0"), "{kept:?}");
     assert_eq!(uid(&s, "lender-free-coordinator").await, coordinator, "the coordinator's pod untouched");
     assert_eq!(uid(&s, "lender-free-collector-0").await, core_collector, "the core's collector untouched");
@@ -158,7 +137,7 @@ async fn collectors_borrow_idle_quota_and_give_it_back_without_the_core() {
     s.jobs.delete("owner", &DeleteParams::foreground()).await.unwrap();
     let gone = move |j: Option<&DIJob>| j.is_none_or(|j| j.uid().as_deref() != Some(owner.as_str()));
     within(Duration::from_secs(60), "b's job gone", await_condition(s.jobs.clone(), "owner", gone)).await.unwrap();
-    until_running(&s, "lender-free", 5).await;
+    s.until_running_pods("lender-free", 5, RUNNING).await;
     assert_eq!(uid(&s, "lender-free-coordinator").await, coordinator, "the coordinator's pod untouched");
     drop(s);
     cohort.delete().await;
@@ -177,7 +156,7 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
     let cohort = Cohort::create(&s.cluster.client, &s.ns, &TEAM_A, &TEAM_B).await;
     submit(&s, "lender", "team-a", 4, Some(1), None).await;
     s.wait_phase("lender", Phase::Running).await;
-    until_running(&s, "lender", 5).await;
+    s.until_running_pods("lender", 5, RUNNING).await;
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
     let before: BTreeSet<(String, String)> = workloads
@@ -194,8 +173,8 @@ async fn a_reclaim_survives_the_orchestrator_killed_in_it() {
     s.orchestrator.kill().await;
     s.orchestrator.restart().await;
     s.wait_phase("owner", Phase::Running).await;
-    until_running(&s, "owner", 3).await;
-    let lender_pods = until_running(&s, "lender", 3).await;
+    s.until_running_pods("owner", 3, RUNNING).await;
+    let lender_pods = s.until_running_pods("lender", 3, RUNNING).await;
 
     let after = workloads.list(&ListParams::default()).await.unwrap().items;
     let lender: BTreeSet<(String, String)> = after
@@ -240,7 +219,7 @@ async fn collectors_up_to_max_fill_idle_quota_and_give_it_back() {
     // The core (110m) in a's 150m; 4 spare collectors (200m) in a's 40m and b's idle 200m.
     submit_with(&s, "filler", "team-a", json!({"replicas": 1, "minReplicas": 1, "maxReplicas": 5}), None).await;
     s.wait_phase("filler", Phase::Running).await;
-    until_running(&s, "filler", 6).await;
+    s.until_running_pods("filler", 6, RUNNING).await;
     let coordinator = uid(&s, "filler-coordinator").await;
     let said = |j: Option<&DIJob>| {
         let above = j.and_then(|j| j.status.as_ref()?.collectors_above_core.clone()).unwrap_or_default();
@@ -252,8 +231,8 @@ async fn collectors_up_to_max_fill_idle_quota_and_give_it_back() {
     // b's job (160m of its 200m) takes back what it needs: 3 of the 4 spare collectors go.
     submit(&s, "owner", "team-b", 2, None, None).await;
     s.wait_phase("owner", Phase::Running).await;
-    until_running(&s, "owner", 3).await;
-    let kept = until_running(&s, "filler", 3).await;
+    s.until_running_pods("owner", 3, RUNNING).await;
+    let kept = s.until_running_pods("filler", 3, RUNNING).await;
     assert!(kept.contains("filler-coordinator") && kept.contains("filler-collector-0"), "{kept:?}");
     assert_eq!(uid(&s, "filler-coordinator").await, coordinator, "the coordinator's pod untouched");
     let job = s.jobs.get("filler").await.unwrap();
@@ -267,7 +246,7 @@ async fn collectors_up_to_max_fill_idle_quota_and_give_it_back() {
     s.jobs.delete("owner", &DeleteParams::foreground()).await.unwrap();
     let gone = move |j: Option<&DIJob>| j.is_none_or(|j| j.uid().as_deref() != Some(owner.as_str()));
     within(Duration::from_secs(60), "b's job gone", await_condition(s.jobs.clone(), "owner", gone)).await.unwrap();
-    until_running(&s, "filler", 6).await;
+    s.until_running_pods("filler", 6, RUNNING).await;
     drop(s);
     cohort.delete().await;
     kueue.stop().await;
@@ -288,7 +267,7 @@ async fn ding_scales_a_queued_job_through_its_own_client() {
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "200m"), ("memory", "100Gi")]).await;
     submit(&s, "scaled", "team-queue", 1, Some(1), None).await;
     s.wait_phase("scaled", Phase::Running).await;
-    until_running(&s, "scaled", 2).await;
+    s.until_running_pods("scaled", 2, RUNNING).await;
     let sidecar = Sidecar::start(&s.cluster, &s.ns, "scaled").await;
     sidecar.until_ready().await;
     let ask =
@@ -299,7 +278,7 @@ async fn ding_scales_a_queued_job_through_its_own_client() {
     assert_eq!((posted["success"].as_bool(), posted["code"].as_i64()), (Some(true), Some(0)), "{posted}");
     assert_eq!(posted["data"]["collectors"], json!([url(1), url(2)]), "{posted}");
     assert!(posted["message"].as_str().unwrap().contains("wait for their queue's quota"), "{posted}");
-    until_running(&s, "scaled", 3).await;
+    s.until_running_pods("scaled", 3, RUNNING).await;
     let listed = ask("get", 0);
     assert_eq!(listed["success"], true, "{listed}");
     let mut collectors: Vec<String> = serde_json::from_value(listed["data"]["collectors"].clone()).unwrap();
@@ -310,7 +289,7 @@ async fn ding_scales_a_queued_job_through_its_own_client() {
     assert_eq!(deleted["success"], true, "{deleted}");
     let job: DIJob = s.jobs.get("scaled").await.unwrap();
     assert_eq!(job.spec.collector_replicas(), 2);
-    assert_eq!(until_running(&s, "scaled", 3).await.len(), 3, "the running collectors stay");
+    assert_eq!(s.until_running_pods("scaled", 3, RUNNING).await.len(), 3, "the running collectors stay");
     drop(sidecar);
     drop(s);
     queue.delete().await;
@@ -334,7 +313,7 @@ async fn collector_workloads_carry_the_class_the_job_names() {
         TestQueue::create(&s.cluster.client, &s.ns, "team-queue", &[("cpu", "300m"), ("memory", "100Gi")]).await;
     let counts = json!({"replicas": 3, "minReplicas": 1, "workloadPriorityClassName": class});
     submit_with(&s, "classy", "team-queue", counts, None).await;
-    until_running(&s, "classy", 4).await;
+    s.until_running_pods("classy", 4, RUNNING).await;
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
     let listed = workloads.list(&ListParams::default()).await.unwrap().items;

@@ -2,17 +2,15 @@
 //! kube-scheduler preempts first when the nodes are full: their pods alone go, nothing is counted
 //! as a failure, and they come back as room appears.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use di_api::Phase;
-use di_api::contract::labels;
 use di_e2e::capacity::{self, NodeShape};
 use di_e2e::cluster::until_watched;
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::Scenario;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -94,21 +92,8 @@ async fn submit(s: &Scenario, name: &str, collectors: i32, class: &str, collecto
     s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
 }
 
-/// Waits, on a watch of its pods, until `job` has `count` running pods; their names.
-async fn until_running(s: &Scenario, job: &str, count: usize) -> BTreeSet<String> {
-    let config = watcher::Config::default().labels(&format!("{}={job}", labels::JOB_NAME));
-    let what = format!("job {job} to have {count} running pods");
-    until_watched(s.pods.clone(), config, (), Duration::from_secs(90), &what, |all: &[Arc<Pod>]| {
-        let running: BTreeSet<String> = all
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running"))
-            .map(|p| p.name_any())
-            .collect();
-        (running.len() == count).then_some(running)
-    })
-    .await
-}
+/// How long the scenario waits for a job's pods to run (the preempted ones stop first).
+const RUNNING: Duration = Duration::from_secs(90);
 
 /// A node of 4 slots full with a job's coordinator and 3 collectors of a lower class; a job of a
 /// higher class comes: kube-scheduler preempts 2 of those collectors, never the coordinator, and
@@ -130,13 +115,13 @@ async fn the_scheduler_preempts_collectors_of_a_lower_class_before_any_core() {
 
     submit(&s, "low", 3, &core, Some(&spare)).await;
     s.wait_phase("low", Phase::Running).await;
-    until_running(&s, "low", 4).await;
+    s.until_running_pods("low", 4, RUNNING).await;
     let coordinator = s.pods.get("low-coordinator").await.unwrap().uid();
 
     submit(&s, "high", 1, &high, None).await;
     s.wait_phase("high", Phase::Running).await;
-    until_running(&s, "high", 2).await;
-    let kept = until_running(&s, "low", 2).await;
+    s.until_running_pods("high", 2, RUNNING).await;
+    let kept = s.until_running_pods("low", 2, RUNNING).await;
     assert!(kept.contains("low-coordinator"), "{kept:?}");
     assert_eq!(s.pods.get("low-coordinator").await.unwrap().uid(), coordinator, "the coordinator untouched");
     let low = s.jobs.get("low").await.unwrap();
@@ -145,7 +130,7 @@ async fn the_scheduler_preempts_collectors_of_a_lower_class_before_any_core() {
     assert_eq!(low.spec.collector.and_then(|c| c.replicas), Some(3), "what the job asked for stands");
 
     s.jobs.delete("high", &DeleteParams::default()).await.unwrap();
-    until_running(&s, "low", 4).await;
+    s.until_running_pods("low", 4, RUNNING).await;
     let restarts = s.jobs.get("low").await.unwrap().status.and_then(|st| st.restarts).unwrap_or(0);
     assert_eq!(restarts, 0, "the collectors came back as room appeared, no restart counted");
     drop(s);
