@@ -87,45 +87,6 @@ fn each_rule_rejects_with_field_and_fix() {
             "Invalid value: -1: must be between 0 and 1000",
         ),
         (
-            "maxReplicas without minReplicas",
-            |j| j.spec.collector.as_mut().unwrap().max_replicas = Some(4),
-            "spec.collector.maxReplicas",
-            "Required value: spec.collector.minReplicas",
-        ),
-        (
-            "more collectors than maxReplicas",
-            |j| {
-                let collector = j.spec.collector.as_mut().unwrap();
-                (collector.min_replicas, collector.max_replicas) = (Some(1), Some(1));
-            },
-            "spec.collector.replicas",
-            "Invalid value: 2: more than spec.collector.maxReplicas (1)",
-        ),
-        (
-            "a collectors' class without minReplicas",
-            |j| j.spec.collector.as_mut().unwrap().workload_priority_class_name = Some("spare".into()),
-            "spec.collector.workloadPriorityClassName",
-            "Required value: spec.collector.minReplicas",
-        ),
-        (
-            "a collectors' class that is no name",
-            |j| {
-                let collector = j.spec.collector.as_mut().unwrap();
-                (collector.min_replicas, collector.workload_priority_class_name) = (Some(1), Some("Spare!".into()));
-            },
-            "spec.collector.workloadPriorityClassName",
-            "Invalid value \"Spare!\": a WorkloadPriorityClass name",
-        ),
-        (
-            "minReplicas above maxReplicas",
-            |j| {
-                let collector = j.spec.collector.as_mut().unwrap();
-                (collector.min_replicas, collector.max_replicas) = (Some(3), Some(2));
-            },
-            "spec.collector.minReplicas",
-            "Invalid value: 3: more than spec.collector.maxReplicas (2)",
-        ),
-        (
             "absurd learners",
             |j| j.spec.learner.as_mut().unwrap().replicas = Some(1_000_000),
             "spec.learner.replicas",
