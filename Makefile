@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts what it builds (CI keeps it outside the clone, in the cache).
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build bench demo test unit e2e-local e2e e2e-kind image kind kind-down deploy controlplane lint fmt manifests check-manifests help
+.PHONY: all build bench bench-verdict bench-publish bench-build demo test unit e2e-local e2e e2e-kind image kind kind-down deploy controlplane lint fmt manifests check-manifests help
 
 all: build
 
@@ -18,11 +18,23 @@ demo:
 	$(CARGO) build --quiet -p di-orchestrator -p di-e2e --bins
 	$(TARGET_DIR)/debug/di-demo
 
-## bench: the benchmarks, each against a baseline measured in the same run (target/bench/report.md;
-##        some of them: make bench BENCH_ARGS="--only reclaim", see di-bench --help)
-bench:
-	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
+## bench: the headline, each figure against a baseline measured in the same run: time to Running
+##        at four sizes, memory, the webhook; about 10 minutes once built (target/bench/report.md)
+bench: bench-build
+	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench --headline
+
+## bench-verdict: every benchmark, time to Running judged over three invocations; over an hour
+##        (a part of it: make bench-verdict BENCH_ARGS="--only reclaim", see di-bench --help)
+bench-verdict: bench-build
 	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench $(BENCH_ARGS)
+
+## bench-publish: the last report into docs/bench/, a headline's table into README.md and
+##        docs/PERFORMANCE.md (refused for a part, or a run on uncommitted changes)
+bench-publish:
+	$(CARGO) run --quiet -p di-bench -- publish
+
+bench-build:
+	$(CARGO) build --release --quiet -p di-orchestrator -p di-bench
 
 ## chaos: the orchestrator on the local control plane under faults (kill -9, API server and etcd
 ##        restarts, a frozen leader, ...) and what each lost, which must be nothing; 4 to 10

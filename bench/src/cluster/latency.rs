@@ -21,9 +21,14 @@ const API: Duration = Duration::from_micros(500);
 /// Jobs this big are also measured against serial creates.
 const SERIAL_FROM: usize = 500;
 
-pub async fn measure(rows: &mut Vec<Row>, limit: &mut Limit, first: bool) -> anyhow::Result<()> {
+pub async fn measure(
+    rows: &mut Vec<Row>,
+    limit: &mut Limit,
+    first: bool,
+    sizes: &[(usize, usize, usize)],
+) -> anyhow::Result<()> {
     let Some(plane) = harness::control_plane_with(harness::unscheduled(Some(ETCD))).await? else { return Ok(()) };
-    let result = on(&plane, rows, limit, first).await;
+    let result = on(&plane, rows, limit, first, sizes).await;
     plane.stop().await;
     result
 }
@@ -33,6 +38,7 @@ async fn on(
     rows: &mut Vec<Row>,
     limit: &mut Limit,
     first: bool,
+    sizes: &[(usize, usize, usize)],
 ) -> anyhow::Result<()> {
     let server: std::net::SocketAddr = plane.server.trim_start_matches("https://").parse()?;
     let api = DelayProxy::start(server, API).await?;
@@ -46,7 +52,7 @@ async fn on(
     window.empty(&window.jobs_ns).await?;
     window.baseline("bwarm", 1, 10, 16).await?;
     window.empty(&base_ns).await?;
-    for (m, n, runs) in super::running::scenarios()? {
+    for &(m, n, runs) in sizes {
         let (best, swept) = window.sweep(&format!("lsw{m}x{n}"), m, n).await?;
         let (mut ours, mut base) = (vec![], vec![]);
         for run in 0..runs {

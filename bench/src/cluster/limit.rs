@@ -79,12 +79,8 @@ impl Limit {
         let mut rows = vec![];
         let (mut ours_curve, mut base_curve) = (vec![], vec![]);
         for (&(m, n), all) in &self.sizes {
-            let mut paired: Vec<f64> = all.iter().map(|p| p.paired).collect();
-            let listed = paired.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ");
-            paired.sort_by(f64::total_cmp);
-            let ratio = paired[(paired.len() - 1) / 2];
-            let ours = median(&mut all.iter().map(|p| p.ours).collect::<Vec<_>>());
-            let base = median(&mut all.iter().map(|p| p.base).collect::<Vec<_>>());
+            let listed = all.iter().map(|p| format!("{:.2}", p.paired)).collect::<Vec<_>>().join(", ");
+            let (ours, base, ratio) = judged(all);
             let windows = all.iter().map(|p| p.window.to_string()).collect::<Vec<_>>().join(", ");
             let size = format!("{m} job(s) x {n} {}", self.unit);
             rows.push(Row {
@@ -129,6 +125,52 @@ impl Limit {
         }
         rows
     }
+
+    /// The headline: each size's time on both sides and its ratio, as a Markdown table.
+    pub fn table(&self) -> String {
+        let mut text = "| job | time to Running | the limit | ratio |\n|---|---|---|---|\n".to_string();
+        for (&(m, n), all) in &self.sizes {
+            let (ours, base, ratio) = judged(all);
+            let jobs = if m == 1 { "1 job".to_string() } else { format!("{} jobs", thousands(m)) };
+            text += &format!(
+                "| {jobs} x {} {} | {} | {} | {ratio:.2} |\n",
+                thousands(n),
+                self.unit,
+                seconds(ours),
+                seconds(base)
+            );
+        }
+        text
+    }
+}
+
+/// A size's medians on each side, and its ratio: the median over invocations of each one's
+/// paired median.
+fn judged(all: &[Pairs]) -> (Duration, Duration, f64) {
+    let mut paired: Vec<f64> = all.iter().map(|p| p.paired).collect();
+    paired.sort_by(f64::total_cmp);
+    let ratio = paired[(paired.len() - 1) / 2];
+    let ours = median(&mut all.iter().map(|p| p.ours).collect::<Vec<_>>());
+    let base = median(&mut all.iter().map(|p| p.base).collect::<Vec<_>>());
+    (ours, base, ratio)
+}
+
+/// Two significant places or more: 0.046 s, 0.31 s, 3.80 s.
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 0.1 { format!("{s:.3} s") } else { format!("{s:.2} s") }
+}
+
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -173,5 +215,10 @@ mod tests {
         let slope = rows.last().expect("a slope row");
         assert_eq!(slope.value, "10.09 ms per replica");
         assert_eq!(slope.baseline, "10.00 ms per replica (the limit)");
+        let table = limit.table();
+        assert!(table.contains("| 1 job x 10 collectors | 0.11 s | 0.10 s | 1.04 |"), "{table}");
+        assert!(table.contains("| 1 job x 1,000 collectors | 10.10 s | 10.00 s | 1.01 |"), "{table}");
+        assert_eq!(seconds(Duration::from_millis(46)), "0.046 s");
+        assert_eq!(thousands(100_000), "100,000");
     }
 }

@@ -31,6 +31,8 @@ mod running;
 mod scale;
 mod timeline;
 
+pub use running::{HEADLINE, VERDICT, sizes};
+
 use di_e2e::cluster::TestCluster;
 use di_e2e::controlplane::ControlPlane;
 use di_e2e::nodes::{Binding, SimulatedNodes};
@@ -57,6 +59,10 @@ impl Row {
 
 pub struct ClusterReport {
     pub rows: Vec<Row>,
+    /// Time to running against the limit, without added latency: the headline table.
+    pub headline: String,
+    /// The orchestrator's RSS with no jobs, in MiB.
+    pub idle_rss_mib: f64,
     /// Fitted over the curve, when it was measured.
     pub slope_ms_per_replica: Option<f64>,
     pub curve: Vec<(usize, f64, f64)>,
@@ -100,10 +106,25 @@ pub enum Scenario {
     Reclaim,
 }
 
-/// Everything `only` names (all when empty) in the first of `invocations`; time to running
-/// against the limit (`Running`, `Latency`, `Gangs`) in each, every one on control planes of its
-/// own.
-pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option<ClusterReport>> {
+/// What one `make bench` measures.
+pub struct Plan {
+    /// The scenarios to run; all when empty.
+    pub only: Vec<Scenario>,
+    /// Invocations of time to running against the limit.
+    pub invocations: usize,
+    /// Jobs, collectors and runs of each size of time to running.
+    pub sizes: Vec<(usize, usize, usize)>,
+    /// Whether the first invocation also takes what explains a figure rather than states it:
+    /// a CPU profile, where one job's time goes, how long statuses trail their pods.
+    pub detail: bool,
+}
+
+/// Everything `plan.only` names (all when empty) in the first of its invocations; time to
+/// running against the limit (`Running`, `Latency`, `Gangs`) in each, every one on control
+/// planes of its own.
+pub async fn run(plan: &Plan) -> anyhow::Result<Option<ClusterReport>> {
+    let only = &plan.only[..];
+    let invocations = plan.invocations;
     let wanted = |s: Scenario| only.is_empty() || only.contains(&s);
     let mut report = None;
     let (mut plain, mut late) = (Limit::new("no added latency"), Limit::new("etcd +2 ms, API +0.5 ms"));
@@ -112,7 +133,7 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
         let first = invocation == 0;
         if first || wanted(Scenario::Running) {
             let Some(plane) = harness::control_plane().await? else { return Ok(None) };
-            let result = measure(&plane, only, first, &mut plain).await;
+            let result = measure(&plane, plan, first, &mut plain).await;
             plane.stop().await;
             let measured = result?;
             report.get_or_insert(measured);
@@ -120,7 +141,7 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
         // On a control plane of its own, with the latency production has.
         if let Some(report) = report.as_mut().filter(|_| wanted(Scenario::Latency)) {
             let mut rows = vec![];
-            latency::measure(&mut rows, &mut late, first).await?;
+            latency::measure(&mut rows, &mut late, first, &plan.sizes).await?;
             if first {
                 report.rows.extend(rows);
             }
@@ -138,6 +159,7 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
         }
     }
     Ok(report.map(|mut r| {
+        r.headline = plain.table();
         r.rows.extend(plain.rows());
         r.rows.extend(late.rows());
         r.rows.extend(placed.rows());
@@ -146,12 +168,8 @@ pub async fn run(only: &[Scenario], invocations: usize) -> anyhow::Result<Option
 }
 
 /// One invocation on `plane`: only time to running after the first.
-async fn measure(
-    plane: &ControlPlane,
-    only: &[Scenario],
-    first: bool,
-    limit: &mut Limit,
-) -> anyhow::Result<ClusterReport> {
+async fn measure(plane: &ControlPlane, plan: &Plan, first: bool, limit: &mut Limit) -> anyhow::Result<ClusterReport> {
+    let only = &plan.only;
     let wanted = |s: Scenario| (first || s == Scenario::Running) && (only.is_empty() || only.contains(&s));
     let client = plane.client().await?;
     let cluster = TestCluster { client: client.clone(), kubeconfig: plane.kubeconfig.clone() };
@@ -171,13 +189,15 @@ async fn measure(
             goal: "< 15 MiB".into(),
             met: Some(idle_rss < 15.0),
         }],
+        headline: String::new(),
+        idle_rss_mib: idle_rss,
         slope_ms_per_replica: None,
         curve: vec![],
         waits: vec![],
         profiles: vec![],
     };
     if wanted(Scenario::Running) {
-        running::measure(&bench, &mut report, limit, first).await?;
+        running::measure(&bench, &mut report, limit, first.then_some(plan.detail), &plan.sizes).await?;
     }
     if wanted(Scenario::Curve) {
         curve::measure(&bench, &mut report).await?;
@@ -199,6 +219,6 @@ async fn measure(
         "orchestrator CPU over every scenario but scale (which has its own)".into(),
         format!("{cpu:.1} s"),
     ));
-    std::fs::write(crate::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
+    std::fs::write(crate::report::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
     Ok(report)
 }

@@ -15,7 +15,17 @@ use super::requests::{self, Scrape};
 use super::{ClusterReport, Row};
 use crate::profile::Profile;
 
-pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limit, first: bool) -> anyhow::Result<()> {
+/// `first` is `Some(detail)` in the first invocation, which takes every figure, and with `detail`
+/// also a profile, a timeline and the lag of statuses.
+pub async fn measure(
+    bench: &Bench,
+    report: &mut ClusterReport,
+    limit: &mut Limit,
+    first: Option<bool>,
+    sizes: &[(usize, usize, usize)],
+) -> anyhow::Result<()> {
+    let detail = first == Some(true);
+    let first = first.is_some();
     let (rows, waits, profiles) = (&mut report.rows, &mut report.waits, &mut report.profiles);
     // The API server's first requests of a kind pay for warming its caches; neither side
     // should be charged for that.
@@ -26,7 +36,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
     // Every size runs several times, each run next to a baseline run, and the goal is judged on
     // the median of the pairs' ratios (see `limit`): one run of either side varies by a quarter
     // here (2 cores shared by everything).
-    for (m, n, runs) in scenarios()? {
+    for &(m, n, runs) in sizes {
         let (mut ours, mut base) = (vec![], vec![]);
         let (mut server_ours, mut server_base) = (ServerCost::default(), ServerCost::default());
         let mut orchestrator = 0.0;
@@ -35,7 +45,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
         // The largest multi-job size is profiled in the first invocation, in a run of its own:
         // sampling costs the orchestrator CPU, and the paired run that carried it until commit
         // da495cb was the slowest of its size (7.2 s against the limit's 4.9 s beside it).
-        if first && m >= 100 {
+        if detail && m >= 100 {
             profiles.push((format!("{m} job(s) x {n} collectors"), profiled(bench, m, n).await?));
         }
         // Each side starts from a quiet cluster and an empty namespace, and is charged until the
@@ -98,7 +108,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
         ));
         waits.push((scenario, spent.request_time()));
     }
-    if !first {
+    if !detail {
         return Ok(());
     }
     super::timeline::measure(bench, rows, "", "t", 10).await?;
@@ -108,7 +118,7 @@ pub async fn measure(bench: &Bench, report: &mut ClusterReport, limit: &mut Limi
 /// Where the orchestrator's CPU went in one run of `m` jobs of `n` collectors (or why it could
 /// not be sampled), its namespace emptied after it.
 async fn profiled(bench: &Bench, m: usize, n: usize) -> anyhow::Result<Result<String, String>> {
-    let started = Profile::start(bench.pid, &crate::out_dir()?).await;
+    let started = Profile::start(bench.pid, &crate::report::out_dir()?).await;
     bench.until_running(&format!("p{m}x{n}"), m, n).await?;
     let summary = match started {
         Ok(p) => p.finish(15).await,
@@ -118,17 +128,24 @@ async fn profiled(bench: &Bench, m: usize, n: usize) -> anyhow::Result<Result<St
     Ok(summary)
 }
 
-/// Jobs, collectors and runs of each size, in both scenarios (this one and `latency`): by
-/// default one job of 10 to 1,000 collectors and 100 jobs of 10, with more runs where a run is
-/// short and varies most. One job of 500 and of 1,000 collectors run five times: with three,
+/// Jobs, collectors and runs of each size of the verdict, in both scenarios (this one and
+/// `latency`): one job of 10 to 1,000 collectors and 100 jobs of 10, with more runs where a run
+/// is short and varies most. One job of 500 and of 1,000 collectors run five times: with three,
 /// one invocation's median at 1,000 with latency moved from 1.01 to 1.13 between invocations
 /// (commit 99f052b). 100 jobs of 10 run five times too (three until 2026-11-28): their pairs
 /// spread most (0.86 to 1.38 in one verdict), and with three the middle pair alone put a cell
-/// whose pairs pooled at 1.05 on either side of the goal. `DI_BENCH_SCENARIOS=1x10:40,1x500:3`
-/// measures only those, to try a change on one size with more runs.
-pub fn scenarios() -> anyhow::Result<Vec<(usize, usize, usize)>> {
+/// whose pairs pooled at 1.05 on either side of the goal.
+pub const VERDICT: [(usize, usize, usize); 5] = [(1, 10, 15), (1, 100, 15), (1, 500, 5), (1, 1000, 5), (100, 10, 5)];
+
+/// The headline's sizes: the README's four, with as few runs as still give a median, so that
+/// `make bench` takes minutes; the verdict judges the goal.
+pub const HEADLINE: [(usize, usize, usize); 4] = [(1, 10, 9), (1, 100, 5), (1, 1000, 3), (100, 10, 3)];
+
+/// `default`, unless `DI_BENCH_SCENARIOS=1x10:40,1x500:3` names the sizes (and their runs), to
+/// try a change on one size with more runs.
+pub fn sizes(default: &[(usize, usize, usize)]) -> anyhow::Result<Vec<(usize, usize, usize)>> {
     let Ok(list) = std::env::var("DI_BENCH_SCENARIOS") else {
-        return Ok(vec![(1, 10, 15), (1, 100, 15), (1, 500, 5), (1, 1000, 5), (100, 10, 5)]);
+        return Ok(default.to_vec());
     };
     let parse = |item: &str| -> Option<(usize, usize, usize)> {
         let (size, runs) = item.split_once(':')?;
