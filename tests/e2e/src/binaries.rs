@@ -157,6 +157,13 @@ pub fn obtain_all(root: &Path) -> anyhow::Result<Result<PathBuf, Unavailable>> {
     Ok(find_or_build(root, &MAIN, MAIN.binaries, None)?.map(|_| cache_dir(root)))
 }
 
+/// The kubectl of the release every tier runs (built on first use, as the others are), for
+/// tests that run commands as a reader of the docs types them.
+pub fn kubectl(root: &Path) -> anyhow::Result<Result<PathBuf, Unavailable>> {
+    let kubectl = MAIN.binaries.iter().filter(|(name, _)| *name == "kubectl").copied().collect::<Vec<_>>();
+    Ok(find_or_build(root, &MAIN, &kubectl, None)?.map(|mut found| found.remove(0)))
+}
+
 /// Locks `dir` (made if missing) for one build into it: the tests of a run ask for the same
 /// binaries together, from threads and processes, so one builds while the others wait here and
 /// then find what it built. Released when the returned file closes.
