@@ -59,8 +59,8 @@ fn steps(file: &str, text: &str) -> Vec<Step> {
         let end = (start..lines.len()).find(|&j| lines[j].trim() == "```").unwrap_or(lines.len());
         match (fence, arg) {
             ("```console", None | Some("fails")) => {
-                for j in start..end {
-                    match lines[j].strip_prefix("$ ") {
+                for (j, line) in lines.iter().enumerate().take(end).skip(start) {
+                    match line.strip_prefix("$ ") {
                         Some(command) => steps.push(Step {
                             at: at(j),
                             action: Action::Run { command: command.trim().to_owned(), fails: arg.is_some() },
