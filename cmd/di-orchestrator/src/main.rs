@@ -159,16 +159,19 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         }
     };
     match election {
-        None => run.await,
+        None => {
+            let _leading = metrics.leading();
+            run.await;
+        }
         Some(config) => {
             // On connections apart from the reconciler's (a renewal never queues behind its
             // traffic), with the election's timeouts.
             let lease_client = di_controller::client::client(
                 &config.client_config(kube_config),
                 Http::V1,
-                Some(Timing::new(metrics)),
+                Some(Timing::new(metrics.clone())),
             )?;
-            lead(lease_client, config, run, stopped).await?;
+            lead(lease_client, config, run, stopped, &metrics).await?;
         }
     }
     if installed.load(Ordering::Relaxed) {
@@ -206,6 +209,7 @@ async fn lead(
     config: LeaderConfig,
     run: impl std::future::Future<Output = ()>,
     stopped: Stopped,
+    metrics: &Metrics,
 ) -> anyhow::Result<()> {
     let elector = Elector::start(client, config)?;
     let leadership = tokio::select! {
@@ -216,7 +220,12 @@ async fn lead(
             return Ok(());
         }
     };
-    match leadership.lead(run).await {
+    // The gauge says leader exactly while the reconciler may run: not while the Lease is let go.
+    let led = {
+        let _leading = metrics.leading();
+        leadership.lead(run).await
+    };
+    match led {
         Ok(()) => {
             leadership.release().await;
             Ok(())

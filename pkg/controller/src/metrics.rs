@@ -1,4 +1,6 @@
-//! Prometheus metrics of the reconciler, served as OpenMetrics text on `/metrics`.
+//! Prometheus metrics of the reconciler, served as OpenMetrics text on `/metrics`: its own under
+//! the prefix `di_orchestrator`, and the process's (`process`) under the names Prometheus' clients
+//! give them.
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -46,6 +48,12 @@ fn latency_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 14))
 }
 
+/// Half a second to about four and a half hours (16,384 s): a job on an idle cluster runs within
+/// seconds, one waiting for quota or nodes may take hours.
+fn wait_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.5, 2.0, 16))
+}
+
 pub struct Metrics {
     pub reconciles: Counter,
     /// Failed passes, by the error's kind.
@@ -71,6 +79,17 @@ pub struct Metrics {
     /// Requests the API server refused or failed (an answer of 400 or more), by verb, resource
     /// and code: what the orchestrator asked for in vain.
     pub api_requests_refused: Family<RefusalLabel, Counter>,
+    /// From a job's creation to the first status this orchestrator wrote Running (`milestones`).
+    pub time_to_running: Histogram,
+    /// From a job's entering its Kueue queue to the status that says it is admitted (`milestones`).
+    pub queue_wait: Histogram,
+    /// Jobs held in a Kueue queue now, and the longest any of them has waited, in seconds; set
+    /// from the reconciler's cache (`gauges`).
+    pub jobs_queued: Gauge,
+    pub queue_longest_wait: Gauge,
+    /// 1 while this replica leads (see [`Metrics::leading`]).
+    pub leader: Gauge,
+    pub leader_acquisitions: Counter,
     registry: Mutex<Registry>,
 }
 
@@ -97,10 +116,18 @@ impl Metrics {
             api_requests: Family::default(),
             api_request_duration: RequestHistograms::new_with_constructor(latency_buckets),
             api_requests_refused: Family::default(),
-            registry: Mutex::new(Registry::with_prefix("di_orchestrator")),
+            time_to_running: wait_buckets(),
+            queue_wait: wait_buckets(),
+            jobs_queued: Gauge::default(),
+            queue_longest_wait: Gauge::default(),
+            leader: Gauge::default(),
+            leader_acquisitions: Counter::default(),
+            registry: Mutex::new(Registry::default()),
         };
         {
-            let mut r = metrics.registry.lock().expect("metrics registry");
+            let mut root = metrics.registry.lock().expect("metrics registry");
+            root.register_collector(Box::new(crate::process::Process));
+            let r = root.sub_registry_with_prefix("di_orchestrator");
             r.register("reconciles", "Reconcile passes started", metrics.reconciles.clone());
             r.register(
                 "reconcile_errors",
@@ -135,8 +162,49 @@ impl Metrics {
                 "Requests the API server answered with an error (400 or more), by verb, resource and code",
                 metrics.api_requests_refused.clone(),
             );
+            r.register(
+                "time_to_running_seconds",
+                "Time from a DIJob's creation until the orchestrator first wrote its phase Running; once per job: \
+                 running again after a restart, a suspension or a failover is not counted again",
+                metrics.time_to_running.clone(),
+            );
+            r.register(
+                "queue_wait_seconds",
+                "Time a DIJob waited in its Kueue queue, from its creation, resumption or eviction (the latest) \
+                 until the orchestrator wrote it admitted, just before creating its pods",
+                metrics.queue_wait.clone(),
+            );
+            r.register(
+                "jobs_queued",
+                "DIJobs held in a Kueue queue now (not admitted, not suspended)",
+                metrics.jobs_queued.clone(),
+            );
+            r.register(
+                "queue_longest_wait_seconds",
+                "How long the DIJob held longest in a Kueue queue now has waited so far; 0 when none waits",
+                metrics.queue_longest_wait.clone(),
+            );
+            r.register(
+                "leader",
+                "1 while this replica holds the leader Lease and reconciles (always, with leader election off), \
+                 else 0",
+                metrics.leader.clone(),
+            );
+            r.register(
+                "leader_acquisitions",
+                "Times this replica became the leader: took the Lease, or started reconciling without election",
+                metrics.leader_acquisitions.clone(),
+            );
         }
         metrics
+    }
+
+    /// Marks this replica as the leader until the guard drops: around the reconciler's run, with
+    /// or without a Lease, so the replicas' `leader` gauges sum to the replicas acting now.
+    pub fn leading(&self) -> Leading<'_> {
+        self.leader.set(1);
+        self.leader_acquisitions.inc();
+        Leading { metrics: self }
     }
 
     /// Counts a pass and times it until the guard drops.
@@ -193,6 +261,16 @@ impl Drop for ReconcileTimer<'_> {
     }
 }
 
+pub struct Leading<'a> {
+    metrics: &'a Metrics,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.metrics.leader.set(0);
+    }
+}
+
 /// The resource (and subresource) an API path names: `/api/v1/namespaces/a/pods/p/status` is
 /// `pods/status`; a path that names none is kept as it is.
 pub fn resource_of(path: &str) -> String {
@@ -214,51 +292,5 @@ pub fn resource_of(path: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_every_metric() {
-        let metrics = Metrics::new();
-        drop(metrics.reconcile_started());
-        metrics.pods_created.inc();
-        metrics.phase_transition(Phase::Running);
-        metrics.jobs.get_or_create(&PhaseLabel { phase: "Running".into() }).set(2);
-        metrics.api_request_answered(
-            "PATCH",
-            "/apis/diengine.opendilab.org/v1alpha1/namespaces/a/dijobs/j/status",
-            None,
-            0.01,
-        );
-        metrics.api_request_answered("GET", "/api/v1/pods", Some("watch=true&labelSelector=x"), 60.0);
-        let text = metrics.encode();
-        for line in [
-            "di_orchestrator_reconciles_total 1",
-            "di_orchestrator_pods_created_total 1",
-            "di_orchestrator_phase_transitions_total{phase=\"Running\"} 1",
-            "di_orchestrator_jobs{phase=\"Running\"} 2",
-            "di_orchestrator_reconcile_duration_seconds_count 1",
-            "di_orchestrator_api_request_duration_seconds_count{verb=\"PATCH\",resource=\"dijobs/status\"} 1",
-        ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
-        }
-    }
-
-    #[test]
-    fn names_the_resource_of_a_path() {
-        for (path, resource) in [
-            ("/api/v1/namespaces/a/pods", "pods"),
-            ("/api/v1/namespaces/a/pods/p", "pods"),
-            ("/api/v1/namespaces/a/pods/p/status", "pods/status"),
-            ("/api/v1/pods", "pods"),
-            ("/api/v1/namespaces", "namespaces"),
-            ("/api/v1/namespaces/a", "namespaces"),
-            ("/apis/diengine.opendilab.org/v1alpha1/namespaces/a/dijobs/j/status", "dijobs/status"),
-            ("/apis/rbac.authorization.k8s.io/v1/namespaces/a/rolebindings", "rolebindings"),
-            ("/apis/coordination.k8s.io/v1/namespaces/di-system/leases/di-orchestrator", "leases"),
-            ("/version", "/version"),
-        ] {
-            assert_eq!(resource_of(path), resource, "{path}");
-        }
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;

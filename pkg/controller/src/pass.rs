@@ -363,6 +363,9 @@ async fn mark_failed(ctx: &Arc<Context>, job: &DIJob, reason: &str, message: &st
     });
     if !unchanged {
         write_status(ctx, job, &status).await?;
+        if job.status.as_ref().and_then(|s| s.phase) != Some(Phase::Failed) {
+            ctx.metrics.phase_transition(Phase::Failed);
+        }
         publish_on(ctx, job, EventType::Warning, reason, "Validate", Some(message.to_owned()));
     }
     Ok(())

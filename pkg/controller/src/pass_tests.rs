@@ -309,6 +309,9 @@ mod failure;
 #[path = "queue_tests.rs"]
 mod queue;
 
+#[path = "milestones_tests.rs"]
+mod milestones;
+
 /// A hundred passes run at once, each its future: kept to kilobytes by what it holds on the heap
 /// (the job, a refusal's future). Inline, they made it 30 KiB (`docs/PERFORMANCE.md`, 56a7c6e).
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! A queued job's pass when its queue has just admitted it: the status that says so is written
-//! before the first pod is created.
+//! before the first pod is created, and the job's wait is timed.
 
 use kube::api::DynamicObject;
 use kube::runtime::{reflector, watcher};
@@ -51,7 +51,10 @@ async fn an_admitted_job_says_so_before_its_first_pod() {
     });
     let (client, recorded) = fake_api_server(&job);
     let ctx = context_with_workload(client, workload);
-    reconcile(view_of(&job), ctx).await.unwrap();
+    reconcile(view_of(&job), ctx.clone()).await.unwrap();
+    let text = ctx.metrics.encode();
+    let timed = "di_orchestrator_queue_wait_seconds_count 1";
+    assert!(text.lines().any(|l| l == timed), "its wait is timed once: {text}");
     let calls = recorded.calls();
     let status = calls.iter().position(|c| c.method == "PATCH" && c.path.ends_with("/status"));
     let first_pod = calls.iter().position(|c| c.method == "POST" && c.path.ends_with("/pods"));

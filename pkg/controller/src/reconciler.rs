@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::{AggregatorConfig, Phase};
+use di_api::AggregatorConfig;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::Event;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -189,7 +189,7 @@ pub async fn run(
         let (jobs, settings) = (job_store.clone(), context.settings.clone());
         move |config: AggregatorConfig| jobs_using(&jobs.state(), &config, &settings)
     };
-    let gauges = tokio::spawn(count_jobs_by_phase(job_store.clone(), context.metrics.clone()));
+    let gauges = tokio::spawn(crate::gauges::keep_current(job_store.clone(), context.metrics.clone()));
     // Only while this replica reconciles (leads): one keeper at a time.
     let keeper = (context.settings.identity == crate::identity::Identity::Policy)
         .then(|| tokio::spawn(crate::identity::keep_policy(client.clone())));
@@ -241,23 +241,6 @@ fn watch_backoff() -> watcher::ExponentialBackoff {
         .with_jitter()
         .without_max_times();
     builder.into()
-}
-
-/// Keeps the jobs-by-phase and left-alone gauges current from the controller's own cache of DIJobs.
-async fn count_jobs_by_phase(jobs: Store<JobView>, metrics: Arc<Metrics>) {
-    const PHASES: [Phase; 5] = [Phase::Created, Phase::Running, Phase::Succeeded, Phase::Failed, Phase::Unknown];
-    loop {
-        let state = jobs.state();
-        metrics.jobs_left_alone.set(state.iter().filter(|j| j.left_alone().is_some()).count() as i64);
-        for phase in PHASES {
-            let count = state
-                .iter()
-                .filter(|j| j.status.as_ref().and_then(|s| s.phase).unwrap_or(Phase::Created) == phase)
-                .count();
-            metrics.jobs.get_or_create(&crate::metrics::PhaseLabel { phase: format!("{phase:?}") }).set(count as i64);
-        }
-        tokio::time::sleep(Duration::from_secs(10)).await;
-    }
 }
 
 /// A failed pass: the job's users read why in a Warning event (reason: the error's kind), and

@@ -37,6 +37,7 @@ pub(crate) async fn record_status(
     }
     write_status(ctx, job, status).await?;
     ctx.pacer.wrote(&uid);
+    crate::milestones::observe(&ctx.metrics, job, status, k8s_openapi::jiff::Timestamp::now());
     let previous = job.status.as_ref().and_then(|s| s.phase);
     if status.phase != previous
         && let Some(phase) = status.phase
