@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema;
 
-/// Where a DIJob's multi-GPU learners get their aggregator from.
+/// The aggregator of multi-GPU logic learners: a DIJob names its AggregatorConfig in
+/// `spec.learner.aggregatorConfig`.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "diengine.opendilab.org",
@@ -24,7 +25,7 @@ use crate::schema;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct AggregatorConfigSpec {
-    /// The aggregator role.
+    /// The aggregator role: the pod in front of the DDP learners of each multi-GPU logic learner.
     #[serde(default)]
     pub aggregator: AggregatorSpec,
 }
@@ -33,7 +34,8 @@ pub struct AggregatorConfigSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AggregatorSpec {
-    /// Pod template of every aggregator.
+    /// Pod template of every aggregator, a core/v1 PodTemplateSpec (see
+    /// `kubectl explain pod.spec`). The job's `spec.volumes` are added to it.
     #[serde(default)]
     #[schemars(schema_with = "schema::pod_template")]
     pub template: PodTemplateSpec,

@@ -21,10 +21,9 @@ mod status;
 
 pub use status::{CollectorsAboveCore, DIJobCondition, DIJobStatus, Phase, ReplicaStatus};
 
-/// A distributed reinforcement-learning job, in one of two forms: DI-orchestrator 0.2's roles (one
-/// coordinator, any number of collectors and logic learners; the coordinator's exit decides the
-/// job's phase) or 1.x's tasks (named groups of workers that find each other through `DI_NODES`).
-/// Failed collectors, learners and task pods are replaced.
+/// What the job runs, in one of two forms, never both: DI-orchestrator 0.2's roles (`coordinator`,
+/// `collector`, `learner`; the coordinator's exit decides the job's phase) or 1.x's `tasks` (named
+/// groups of workers that find each other through `DI_NODES`). Failed pods are replaced.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "diengine.opendilab.org",
@@ -92,82 +91,88 @@ pub use status::{CollectorsAboveCore, DIJobCondition, DIJobStatus, Phase, Replic
                 collectors, or raise maxReplicas first"
 }]))]
 pub struct DIJobSpec {
-    /// A free-form name for a collection of DIJobs (kept from DI-orchestrator 0.2).
+    /// A free-form name for a collection of related DIJobs, kept from DI-orchestrator 0.2; the
+    /// orchestrator does not act on it. Unset by default; fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
 
-    /// PriorityClass given to every pod of the job whose template names none (kept from
-    /// DI-orchestrator 0.2). Empty or unset leaves the pods' priority to the cluster's default.
+    /// The PriorityClass of every pod of the job whose template names none. Unset or empty leaves
+    /// their priority to the cluster's default. A PriorityClass name; fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
 
-    /// What happens to the job's pods once it has finished: `Running` (default) deletes the pods
-    /// still running or pending, `All` deletes every pod, `None` keeps them all. The legacy value
-    /// `ALL` means `All`.
+    /// What happens to the job's pods once it has finished: `Running` (default) deletes those still
+    /// running or pending, `All` deletes every pod, `None` keeps them all.
+    /// The legacy value `ALL` means `All`; any other value is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clean_pod_policy: Option<String>,
 
-    /// Volumes mounted into the pods of every role; each container chooses its mounts with
-    /// `volumeMounts`.
+    /// Volumes given to every pod of the job, each a core/v1 Volume (see
+    /// `kubectl explain pod.spec.volumes`); a container mounts those it needs with
+    /// `volumeMounts`. Names must be unique DNS labels; fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::volumes")]
     pub volumes: Option<Vec<Volume>>,
 
-    /// The coordinator: the one pod that drives the job. For a serial job it is the only role.
+    /// The coordinator role: the one pod that drives the job, whose exit decides the job's phase.
+    /// Required in a role job; a serial job has only this role.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator: Option<CoordinatorSpec>,
 
-    /// Collectors run the policy in environments and produce data.
+    /// The collector role: pods that run the policy in environments and produce data. Optional;
+    /// it may be added to a running job, not removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector: Option<CollectorSpec>,
 
-    /// Logic learners train on the collected data.
+    /// The logic learner role: pods that train on the collected data. Optional; it may be added to
+    /// a running job, not removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner: Option<LearnerSpec>,
 
-    /// `true` deletes the job's pods and keeps the job; `false` (default) creates them again.
+    /// `true` deletes the job's pods and keeps the job; `false` (the default) creates them again.
     /// This pauses and resumes the whole job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
 
-    /// How many times each collector, learner and aggregator is replaced after its pod fails
-    /// (with exponential backoff). Past the limit the replica stays failed and the job gets a
-    /// RestartLimitExceeded condition. Unset means no limit. Only a pod with `restartPolicy:
-    /// Never` fails; the count starts again when the job is suspended or the replica scaled away.
+    /// Role jobs: how many times each collector, learner and aggregator is replaced after its pod
+    /// fails (with exponential backoff); past it the replica stays failed and the job gets a
+    /// RestartLimitExceeded condition. 0 or more; unset means no limit. Only a pod with
+    /// `restartPolicy: Never` fails; the count starts again when the job is suspended or the replica
+    /// scaled away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_limit: Option<i32>,
 
-    /// Seconds after the job finishes (Succeeded or Failed) before the DIJob itself is deleted,
-    /// and everything it owns with it. Unset keeps the job until it is deleted by hand.
+    /// Seconds after the job finishes (Succeeded or Failed) before the DIJob is deleted, with
+    /// everything it owns. 0 or more; unset keeps the job until it is deleted by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_seconds_after_finished: Option<i32>,
 
-    /// The job's workers as tasks (DI-orchestrator 1.x): each task a group of identical pods.
-    /// A job has either tasks or roles (coordinator, collector, learner), never both.
+    /// The job's workers as tasks (DI-orchestrator 1.x), at least one; a job has either tasks or
+    /// roles (coordinator, collector, learner), never both. Tasks cannot be added or removed
+    /// once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<Vec<TaskSpec>>,
 
-    /// Task jobs: `normal` (default) or `high`; kept from DI-orchestrator 1.x, which used it to
-    /// order allocation. Pods take their priority from `priorityClassName` and their templates.
+    // kube gives an optional enum field its type's description: `Priority`'s doc is this field's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
 
-    /// Task jobs: how many failed pods are replaced before the job fails (default 3). Each
-    /// replacement waits longer than the last (exponential backoff).
+    /// Task jobs: how many failed pods are replaced before the job fails, each replacement waiting
+    /// longer than the last (exponential backoff). Default 3; 0 or more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_limit: Option<i32>,
 
-    /// Task jobs: whether the job may be preempted (DI-orchestrator 1.x; kept, not acted on).
+    /// Task jobs: whether the job may be preempted; kept from DI-orchestrator 1.x, not acted on.
+    /// Fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptible: Option<bool>,
 
-    /// Gang scheduling: which of the job's pods are placed all at once or not at all. Unset
-    /// means on (`enabled: true`).
+    /// Gang scheduling: which of the job's pods are placed all at once or not at all, where the
+    /// orchestrator runs with a gang scheduler (`--gang-scheduler`). Unset means `enabled: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<GangSpec>,
 
-    /// Task jobs: `Pod` (default) replaces only a failed pod, under the same name; `Job` replaces
-    /// every pod of the job in one step, for workers that cannot survive a peer's restart.
+    // Described by `JobRestartPolicy`'s doc, as `priority` is by its type's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<JobRestartPolicy>,
 }
@@ -176,8 +181,9 @@ pub struct DIJobSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CoordinatorSpec {
-    /// Pod template of the coordinator. Its restart policy must be `Never` (default) or
-    /// `OnFailure`, since its exit decides the job's phase.
+    /// Pod template of the coordinator, a core/v1 PodTemplateSpec (see
+    /// `kubectl explain pod.spec`). Its `restartPolicy` is `Never` (the default) or `OnFailure`,
+    /// since its exit decides the job's phase. Fixed once the job exists.
     #[serde(default)]
     #[schemars(schema_with = "schema::pod_template")]
     pub template: PodTemplateSpec,
@@ -188,11 +194,9 @@ pub struct CoordinatorSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GangSpec {
-    /// `false` places the job's pods one by one, as a scheduler without gangs does. Default
-    /// `true`: a task job is one gang (every pod of its tasks, but tasks with `minAvailable: 0`),
-    /// and each multi-GPU logic learner of a role job (its aggregator and DDP learners) is one;
-    /// a role job's coordinator and collectors are in no gang, so collectors scale freely.
-    /// Fixed when the job is created.
+    /// `false` places the job's pods one by one. Default `true`: a task job is one gang (but for
+    /// tasks with `minAvailable: 0`), and so is each multi-GPU logic learner of a role job; its
+    /// coordinator and collectors are in no gang. Fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
 }
@@ -201,43 +205,38 @@ pub struct GangSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CollectorSpec {
-    /// Pod template of every collector.
+    /// Pod template of every collector, a core/v1 PodTemplateSpec (see
+    /// `kubectl explain pod.spec`). Fixed once the job exists.
     #[serde(default)]
     #[schemars(schema_with = "schema::pod_template")]
     pub template: PodTemplateSpec,
 
-    /// Desired number of collectors. The coordinator changes it at run time through the
-    /// replica endpoint; unset means 0.
+    /// Desired number of collectors, 0 to 1000 (and at most `maxReplicas`); unset means 0. The
+    /// coordinator changes it at run time through the replica endpoint, as `kubectl scale` does.
     // Bounded in the schema too: `kubectl scale` writes it through the scale subresource, which
     // no admission webhook sees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
-    /// In a Kueue queue: how many collectors run with the job's core (the coordinator and the
-    /// learners) and are never preempted apart from it. Each collector above it is a Workload of
-    /// its own, admitted when its queue has room (borrowing its cohort's idle quota), preempted
-    /// on its own when the quota is reclaimed, and run again when readmitted; its priority is
-    /// one below the job's. Unset: every collector is in the core, as without it. Fixed once the
-    /// job exists.
+    /// In a Kueue queue: how many collectors run with the job's core (coordinator and learners);
+    /// each one above it is a Workload of its own, admitted when the queue has room and preempted
+    /// alone. 0 to 1000, at most `maxReplicas`; unset puts every collector in the core. Fixed once
+    /// the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub min_replicas: Option<i32>,
 
     /// In a Kueue queue, with `minReplicas`: up to how many collectors run while the queue has
-    /// room. Each collector above `replicas` and up to this is a Workload of its own at two below
-    /// the job's priority: admitted as quota frees, the first taken back when quota is needed
-    /// (before the collectors `replicas` asks for); the coordinator sees them come and go through
-    /// its endpoint. Also the most `replicas` may be raised to. Unset: `replicas` and no more.
+    /// spare room (those above `replicas` are the first taken back), and the most `replicas` may
+    /// be. 0 to 1000, at least `minReplicas`; unset means `replicas` and no more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub max_replicas: Option<i32>,
 
     /// In a Kueue queue, with `minReplicas`: the WorkloadPriorityClass (`kueue.x-k8s.io`) of the
-    /// collectors above the core. Their Workloads take its value (those on spare room, above
-    /// `replicas`, one below it), so a cluster admin's classes decide whose collectors Kueue
-    /// takes first. Unset: one below the core's priority (two for spare room). Fixed once the
-    /// job exists.
+    /// collectors above the core (those on spare room one below it). Unset: one below the job's
+    /// priority (two on spare room). A WorkloadPriorityClass name; fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_priority_class_name: Option<String>,
 }
@@ -260,25 +259,28 @@ impl CollectorSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LearnerSpec {
-    /// Pod template of every logic learner (and of the DDP learners of a multi-GPU learner).
+    /// Pod template of every logic learner (and of the DDP learners of a multi-GPU learner), a
+    /// core/v1 PodTemplateSpec (see `kubectl explain pod.spec`). Fixed once the job exists.
     #[serde(default)]
     #[schemars(schema_with = "schema::pod_template")]
     pub template: PodTemplateSpec,
 
-    /// Desired number of logic learners. The coordinator changes it at run time through the
-    /// replica endpoint; unset means 0.
+    /// Desired number of logic learners, 0 to 1000; unset means 0. The coordinator changes it at
+    /// run time through the replica endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_REPLICAS))]
     pub replicas: Option<i32>,
 
-    /// GPUs per logic learner. More than one makes each logic learner an aggregator plus DDP
-    /// learners that share the GPUs. Unset takes the template's `nvidia.com/gpu` limit, or 0.
+    /// GPUs per logic learner, 0 to 256; unset takes the template's `nvidia.com/gpu` limit, or 0.
+    /// More than one makes each logic learner an aggregator plus DDP learners that share the
+    /// GPUs. Changes only while `replicas` is 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = crate::contract::MAX_GPUS_PER_LEARNER))]
     pub gpus: Option<i32>,
 
     /// The AggregatorConfig (`name` in the job's namespace, or `namespace/name`) whose template
-    /// runs the aggregators of multi-GPU learners. Unset uses the orchestrator's default.
+    /// runs the aggregators of multi-GPU learners. Unset uses the orchestrator's
+    /// `--default-aggregator-config`. Changes only while `replicas` is 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregator_config: Option<String>,
 }

@@ -11,6 +11,7 @@ pub mod dijob;
 pub mod gang;
 pub mod manifest;
 pub mod pod;
+pub mod reference;
 pub mod resources;
 mod schema;
 pub mod task;

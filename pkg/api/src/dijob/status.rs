@@ -13,7 +13,7 @@ use crate::schema;
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DIJobStatus {
-    /// Where the job is in its life: Created, Running, Succeeded, Failed or Unknown.
+    // kube gives an optional enum field its type's description: `Phase`'s doc is this field's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
@@ -92,10 +92,11 @@ pub struct CollectorsAboveCore {
     pub spare: i32,
 }
 
-/// Phase of a DIJob. A role job's follows its coordinator pod (Created, Running, Succeeded,
-/// Failed, Unknown); a task job's follows all its pods as in DI-orchestrator 1.x (Pending,
-/// Starting, Running, Restarting, Succeeded, Failed). Every phase DI-orchestrator 0.2 and 1.x
-/// write reads back; any other value reads as Unknown, so no stored job fails a read.
+/// Where the job is in its life. A role job's phase follows its coordinator pod: Created,
+/// Running, Succeeded, Failed or Unknown; a task job's follows all its pods: Pending, Starting,
+/// Running, Restarting, Succeeded or Failed.
+// Every phase DI-orchestrator 0.2 and 1.x write reads back; any other value reads as Unknown, so
+// no stored job fails a read.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum Phase {
     /// Task jobs: not every pod has been created yet.
