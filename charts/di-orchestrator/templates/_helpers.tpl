@@ -133,6 +133,11 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"]
   resources: ["podgroups"]
   verbs: ["create", "patch", "delete"]
+# The core's PodDisruptionBudget of a job with spec.protectCore: applied (server-side) before its
+# core pods; it goes with its job.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create", "patch"]
 # Kueue: the Workload of each job in a queue (made, watched, made anew when the job changed size
 # while it waited, made inactive while the job is suspended, its status written with what the
 # job's pods do).

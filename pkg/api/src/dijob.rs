@@ -134,6 +134,15 @@ pub struct DIJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
 
+    /// `true` covers the job's core (the coordinator, learners and aggregators; in a task job,
+    /// every task but the collectors) by a PodDisruptionBudget the orchestrator owns,
+    /// `<job>-core`, that allows none of them to be evicted: a `kubectl drain` or any other
+    /// eviction through the API waits for them, while collectors stay free to go. It does not
+    /// hold off the kubelet's evictions under node pressure, nor a node's loss. Default false;
+    /// fixed once the job exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protect_core: Option<bool>,
+
     /// Role jobs: how many times each collector, learner and aggregator is replaced after its pod
     /// fails (with exponential backoff); past it the replica stays failed and the job gets a
     /// RestartLimitExceeded condition. 0 or more; unset means no limit. Only a pod with

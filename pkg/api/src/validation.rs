@@ -191,6 +191,12 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
     if o.priority_class_name != n.priority_class_name {
         errs.add("spec.priorityClassName", format!("Forbidden: the priority is immutable; {RECREATE}"));
     }
+    if o.protect_core.unwrap_or(false) != n.protect_core.unwrap_or(false) {
+        errs.add(
+            "spec.protectCore",
+            format!("Forbidden: whether the core has a disruption budget is fixed when its pods are made; {RECREATE}"),
+        );
+    }
     if crate::gang::enabled(&old) != crate::gang::enabled(&new) {
         errs.add(
             "spec.gang.enabled",

@@ -40,7 +40,7 @@ fn updates() {
     // filling in defaults is not a change.
     assert_eq!(update_errors(valid_job(), defaulted(valid_job())), Vec::<String>::new());
 
-    let forbidden: [(&str, Mutation, &str); 7] = [
+    let forbidden: [(&str, Mutation, &str); 8] = [
         (
             "change a template",
             |j| pod(j, "collector").containers[0].image = Some("ding:v2".into()),
@@ -56,6 +56,11 @@ fn updates() {
             "change the priority",
             |j| j.spec.priority_class_name = Some("high".into()),
             "spec.priorityClassName: Forbidden: the priority is immutable",
+        ),
+        (
+            "protect the core",
+            |j| j.spec.protect_core = Some(true),
+            "spec.protectCore: Forbidden: whether the core has a disruption budget is fixed",
         ),
         (
             "remove a role",

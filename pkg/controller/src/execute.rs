@@ -47,6 +47,8 @@ pub(crate) async fn execute(ctx: &Arc<Context>, job: &DIJob, actions: &[Action])
     let stop = Stop::default();
     // Every gang's PodGroup before any pod that joins it.
     crate::podgroups::apply_all(ctx, job, actions).await?;
+    // The core's disruption budget before the core pods it covers.
+    crate::budgets::apply(ctx, job, actions).await?;
     if let Some(rbac) = rbac {
         let accounts = Api::<ServiceAccount>::namespaced(ctx.client.clone(), &namespace);
         create_owned(&accounts, &rbac.service_account, &uid).await?;
@@ -103,7 +105,10 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
     let (mut new_services, mut new_pods) = (vec![], vec![]);
     for &action in actions {
         match action {
-            Action::CreateRbac(_) | Action::EnsureNamespaceIdentity | Action::ApplyPodGroup(_) => {}
+            Action::CreateRbac(_)
+            | Action::EnsureNamespaceIdentity
+            | Action::ApplyPodGroup(_)
+            | Action::ApplyDisruptionBudget(_) => {}
             Action::DeletePodGroup { name } => crate::podgroups::delete(ctx, job, name).await?,
             Action::CreateService(service) => new_services.push(&**service),
             Action::CreatePod(pod) => new_pods.push(&**pod),

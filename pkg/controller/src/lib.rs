@@ -3,6 +3,7 @@
 //! should have, its status, a pass's plan), which it re-exports under the paths it always had.
 
 mod asks;
+mod budgets;
 pub mod client;
 pub mod context;
 pub mod created;

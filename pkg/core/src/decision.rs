@@ -69,6 +69,9 @@ pub enum Action {
     /// A gang's PodGroup, in the backend's API: created, or its minimum updated, before any pod
     /// that joins it is created (`gangs`).
     ApplyPodGroup(Box<serde_json::Value>),
+    /// The job's core PodDisruptionBudget (`spec.protectCore`), applied before any core pod is
+    /// created (`budget`).
+    ApplyDisruptionBudget(Box<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
     /// The PodGroup of a gang the job no longer has (a logic learner scaled away).
     DeletePodGroup {
         name: String,

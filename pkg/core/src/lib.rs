@@ -4,6 +4,7 @@
 //! `plan`, the task planner `tasks`, their gangs `gangs`, and the coordinator's losses `lost`).
 //! Functions of their inputs: no client, no clock but the one a caller passes in, no I/O.
 
+pub mod budget;
 pub mod decision;
 pub mod desired;
 pub mod disruption;

@@ -24,10 +24,11 @@ use crate::ports::free_port;
 /// default ServiceAccount (and its token and CA bundle) that pods need, the binding of claims to
 /// the volumes a scenario provides (the scheduler places no pod whose claim is unbound), and the
 /// release of a PodGroup's protection once no pod uses it (without it no PodGroup, and so no
-/// job deleted in the foreground, ever goes), and the HorizontalPodAutoscaler that scales a
-/// DIJob's collectors through its scale subresource.
+/// job deleted in the foreground, ever goes), the HorizontalPodAutoscaler that scales a DIJob's
+/// collectors through its scale subresource, and the disruption controller, whose count of a
+/// PodDisruptionBudget's pods the Eviction API judges evictions by.
 const CONTROLLERS: &str = "garbagecollector,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher,\
-                           persistentvolume-binder,horizontalpodautoscaling";
+                           persistentvolume-binder,horizontalpodautoscaling,disruption";
 /// Releases a PodGroup's protection once no pod uses it; with the workload API only.
 const WORKLOAD_CONTROLLERS: &str = "podgroup-protection-controller";
 
@@ -322,6 +323,15 @@ fn scheduler_config(kubeconfig: &Path) -> String {
 pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     let config = Kubeconfig::read_from(kubeconfig)?;
     let config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
+    Ok(di_controller::client::keeping_every_connection(&config)?)
+}
+
+/// As [`admin_client`], without kube's retries of 429, 503 and 504: for a test whose answer is
+/// such a refusal (an eviction a PodDisruptionBudget holds), which retries would only delay.
+pub async fn unretried_client(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let config = Kubeconfig::read_from(kubeconfig)?;
+    let mut config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
+    config.default_retry = false;
     Ok(di_controller::client::keeping_every_connection(&config)?)
 }
 
