@@ -16,6 +16,7 @@
 //! shows; `--only SCENARIO` runs a part of it (the webhook figures are always taken).
 
 mod cluster;
+mod out;
 mod profile;
 mod publish;
 mod report;
@@ -76,7 +77,7 @@ fn main() -> anyhow::Result<()> {
     let webhook = runtime.block_on(webhook::run())?;
     let cluster = runtime.block_on(cluster::run(&plan))?;
     let provenance = Provenance::here(mode, invocations);
-    let out = report::out_dir()?;
+    let out = out::out_dir()?;
     let json = report::json(&provenance, &webhook, cluster.as_ref());
     std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&json)?)?;
     let markdown = report::markdown(&provenance, &webhook, cluster.as_ref());

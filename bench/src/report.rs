@@ -2,7 +2,6 @@
 //! (the headline or the verdict, the commit, the date, the machine), the headline block the
 //! README and docs/PERFORMANCE.md carry (see `publish`), then every figure.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::cluster::ClusterReport;
@@ -147,13 +146,6 @@ fn cluster_markdown(c: &ClusterReport) -> String {
         text += &format!("\nFitted slope: {slope:.2} ms per replica.\n");
     }
     text
-}
-
-/// Where the report (and the orchestrator's log, for looking into a figure) is written.
-pub fn out_dir() -> anyhow::Result<PathBuf> {
-    let out = di_e2e::binaries::repo_root().join("target/bench");
-    std::fs::create_dir_all(&out)?;
-    Ok(out)
 }
 
 /// What the figures were taken on.

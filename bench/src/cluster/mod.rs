@@ -219,6 +219,6 @@ async fn measure(plane: &ControlPlane, plan: &Plan, first: bool, limit: &mut Lim
         "orchestrator CPU over every scenario but scale (which has its own)".into(),
         format!("{cpu:.1} s"),
     ));
-    std::fs::write(crate::report::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
+    std::fs::write(crate::out::out_dir()?.join("orchestrator.log"), orchestrator.log())?;
     Ok(report)
 }

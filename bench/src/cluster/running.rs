@@ -118,7 +118,7 @@ pub async fn measure(
 /// Where the orchestrator's CPU went in one run of `m` jobs of `n` collectors (or why it could
 /// not be sampled), its namespace emptied after it.
 async fn profiled(bench: &Bench, m: usize, n: usize) -> anyhow::Result<Result<String, String>> {
-    let started = Profile::start(bench.pid, &crate::report::out_dir()?).await;
+    let started = Profile::start(bench.pid, &crate::out::out_dir()?).await;
     bench.until_running(&format!("p{m}x{n}"), m, n).await?;
     let summary = match started {
         Ok(p) => p.finish(15).await,

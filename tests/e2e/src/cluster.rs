@@ -170,3 +170,14 @@ where
     })
     .await
 }
+
+/// As [`admin_client`](crate::controlplane::admin_client), without kube's retries of 429, 503
+/// and 504: for a test whose answer is such a refusal (an eviction a PodDisruptionBudget holds),
+/// which retries would only delay.
+pub async fn unretried_client(kubeconfig: &Path) -> anyhow::Result<Client> {
+    use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+    let config = Kubeconfig::read_from(kubeconfig)?;
+    let mut config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
+    config.default_retry = false;
+    Ok(di_controller::client::keeping_every_connection(&config)?)
+}

@@ -326,15 +326,6 @@ pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     Ok(di_controller::client::keeping_every_connection(&config)?)
 }
 
-/// As [`admin_client`], without kube's retries of 429, 503 and 504: for a test whose answer is
-/// such a refusal (an eviction a PodDisruptionBudget holds), which retries would only delay.
-pub async fn unretried_client(kubeconfig: &Path) -> anyhow::Result<Client> {
-    let config = Kubeconfig::read_from(kubeconfig)?;
-    let mut config = Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await?;
-    config.default_retry = false;
-    Ok(di_controller::client::keeping_every_connection(&config)?)
-}
-
 /// Kills what a harness that died without cleaning up left behind, and removes its folder.
 pub fn reap_stale(runs: &Path) {
     let Ok(entries) = std::fs::read_dir(runs) else { return };

@@ -4,8 +4,7 @@
 //! (on kind a real kubelet stops the evicted collector).
 
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::{until_watched, within};
-use di_e2e::controlplane::unretried_client;
+use di_e2e::cluster::{unretried_client, until_watched, within};
 use di_e2e::scenario::{Scenario, WAIT};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
