@@ -136,10 +136,11 @@ pub struct DIJobSpec {
 
     /// `true` covers the job's core (the coordinator, learners and aggregators; in a task job,
     /// every task but the collectors) by a PodDisruptionBudget the orchestrator owns,
-    /// `<job>-core`, that allows none of them to be evicted: a `kubectl drain` or any other
-    /// eviction through the API waits for them, while collectors stay free to go. It does not
-    /// hold off the kubelet's evictions under node pressure, nor a node's loss. Default false;
-    /// fixed once the job exists.
+    /// `<job>-core`, that lets none of them be evicted while they are ready: a `kubectl drain` or
+    /// any other eviction through the API waits for them, while collectors stay free to go (a
+    /// core pod not ready may be taken). It does not hold off the kubelet's evictions under node
+    /// pressure, nor a node's loss. The job gives it up when it finishes. Default false; fixed
+    /// once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protect_core: Option<bool>,
 

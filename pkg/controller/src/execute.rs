@@ -8,6 +8,7 @@ use di_api::DIJob;
 use di_api::contract::names;
 use di_client::is_status;
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role as RbacRole, RoleBinding};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
@@ -110,6 +111,10 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
             | Action::ApplyPodGroup(_)
             | Action::ApplyDisruptionBudget(_) => {}
             Action::DeletePodGroup { name } => crate::podgroups::delete(ctx, job, name).await?,
+            Action::DeleteDisruptionBudget { name } => {
+                let budgets = Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), &namespace);
+                delete_owned(&budgets, name, &job.uid().unwrap_or_default()).await?;
+            }
             Action::CreateService(service) => new_services.push(&**service),
             Action::CreatePod(pod) => new_pods.push(&**pod),
             Action::MarkRestart { service, mark } => {

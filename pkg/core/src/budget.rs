@@ -9,19 +9,19 @@
 //! DIJob's scale is its collectors. A minimum of every core pod allows no eviction; after a scale
 //! down it is more than the pods left, which allows none either.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use di_api::DIJob;
 use di_api::contract::{Role, labels};
 use di_api::task::TaskType;
 use di_api::tasks::{self, TASK_LABEL};
+use di_api::{DIJob, Phase};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::decision::Action;
+use crate::decision::{Action, Plan};
 use crate::desired::{BuildError, Settings, job_labels, owner_reference};
 
 /// The budget's name: one per job.
@@ -29,19 +29,32 @@ pub fn name(job: &str) -> String {
     format!("{job}-core")
 }
 
-/// Puts the core's budget before `actions` when the job asks for one and they create a core pod.
-/// `core_pods`: how many pods the core has now.
+/// Puts the core's budget before the plan's actions when the job asks for one and they create a
+/// core pod. `wanted`: the names of the pods the job wants in its core now; `pods`, the job's
+/// pods as seen. The minimum counts both (the core pods alive beside those wanted: kept while
+/// the job cannot build them, an AggregatorConfig missing, or on their way out), so none is left
+/// out. A job that has just finished gives its budget up, so a drain never waits for the pods a
+/// `cleanPodPolicy` keeps.
 pub fn protect(
     job: &DIJob,
-    core_pods: usize,
+    wanted: BTreeSet<String>,
+    pods: &[&Pod],
     settings: &Settings,
-    actions: &mut Vec<Action>,
+    plan: &mut Plan,
 ) -> Result<(), BuildError> {
     if !job.spec.protect_core.unwrap_or(false) {
         return Ok(());
     }
     let Some((key, core)) = core(job) else { return Ok(()) };
+    let finished = |phase: Option<Phase>| phase.is_some_and(|p| p.is_finished());
+    if finished(plan.status.phase) && !finished(job.status.as_ref().and_then(|s| s.phase)) {
+        plan.actions.push(Action::DeleteDisruptionBudget { name: name(&job.name_any()) });
+        return Ok(());
+    }
+    let actions = &mut plan.actions;
     let creates_core = actions.iter().any(|a| matches!(a, Action::CreatePod(pod) if is_core(pod, key, &core)));
+    let alive = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none() && is_core(p, key, &core));
+    let core_pods = wanted.into_iter().chain(alive.map(|p| p.name_any())).collect::<BTreeSet<_>>().len();
     if creates_core {
         let owner = owner_reference(job, &settings.owner_version)?;
         let budget = PodDisruptionBudget {
@@ -87,8 +100,13 @@ fn core(job: &DIJob) -> Option<(&'static str, Vec<String>)> {
 }
 
 /// A task job's core pods: those of every task but the collectors.
-pub fn task_core_pods(job: &DIJob) -> usize {
-    tasks::tasks(job).iter().filter(|t| t.type_ != TaskType::Collector).map(|t| t.replicas as usize).sum()
+pub fn task_core_pods(job: &DIJob) -> BTreeSet<String> {
+    let job_name = job.name_any();
+    let mut names = BTreeSet::new();
+    for task in tasks::tasks(job).into_iter().filter(|t| t.type_ != TaskType::Collector) {
+        names.extend((0..task.replicas).map(|i| tasks::pod_name(&job_name, &task.name, i)));
+    }
+    names
 }
 
 fn is_core(pod: &Pod, key: &str, core: &[String]) -> bool {

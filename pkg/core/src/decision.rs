@@ -72,6 +72,10 @@ pub enum Action {
     /// The job's core PodDisruptionBudget (`spec.protectCore`), applied before any core pod is
     /// created (`budget`).
     ApplyDisruptionBudget(Box<k8s_openapi::api::policy::v1::PodDisruptionBudget>),
+    /// The core's PodDisruptionBudget of a job that has finished (when the job owns it).
+    DeleteDisruptionBudget {
+        name: String,
+    },
     /// The PodGroup of a gang the job no longer has (a logic learner scaled away).
     DeletePodGroup {
         name: String,

@@ -60,7 +60,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     };
 
     let mut gangs = vec![];
-    let mut core_pods = 0;
+    let mut core_pods = BTreeSet::new();
     if phase.is_finished() {
         actions.extend(cleanup(job, world));
         if !previous.is_some_and(Phase::is_finished) && !identity::uses_shared(job, settings.identity) {
@@ -199,7 +199,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             }
         }
         gangs = desired::gang::role_gangs(job, &wanted);
-        core_pods = wanted.iter().filter(|w| w.role != Role::Collector).count();
+        core_pods = wanted.iter().filter(|w| w.role != Role::Collector).map(|w| w.name.clone()).collect();
     }
 
     facts.restarts = services.values().map(|s| restarts_of(s)).sum();
@@ -207,7 +207,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let mut plan = Plan { status, actions, requeue_after: requeue };
     let held = crate::queue::attach(job, world, world.aggregator_config, settings, &mut plan)?;
     crate::gangs::attach(job, &gangs, &held, settings, &mut plan.actions)?;
-    crate::budget::protect(job, core_pods, settings, &mut plan.actions)?;
+    crate::budget::protect(job, core_pods, &world.pods, settings, &mut plan)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

@@ -164,7 +164,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let mut plan = Plan { status, actions, requeue_after: requeue };
     let held = crate::queue::attach(job, world, None, settings, &mut plan)?;
     crate::gangs::attach(job, &desired::gang::task_gangs(job), &held, settings, &mut plan.actions)?;
-    crate::budget::protect(job, crate::budget::task_core_pods(job), settings, &mut plan.actions)?;
+    crate::budget::protect(job, crate::budget::task_core_pods(job), &world.pods, settings, &mut plan)?;
     plan.expire(job, world.now);
     Ok(plan)
 }

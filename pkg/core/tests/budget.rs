@@ -79,3 +79,35 @@ fn a_task_job_covers_its_tasks_but_the_collectors() {
     let collectors = task_job(json!([{"name": "collector", "type": "collector", "replicas": 2, "template": template}]));
     assert!(budget(&decide(&collectors, &[], &[], now()).actions).is_none(), "no core to cover");
 }
+
+#[test]
+fn a_finished_job_gives_its_budget_up_once() {
+    let protected = job(2, 1, json!({"protectCore": true, "cleanPodPolicy": "None"}));
+    let running = common::with_status(protected.clone(), serde_json::from_value(json!({"phase": "Running"})).unwrap());
+    let (pods, services) =
+        world_of(&running, |name| Some(if name == "job-coordinator" { "Succeeded" } else { "Running" }));
+    let plan = decide(&running, &pods, &services, now());
+    assert_eq!(plan.status.phase, Some(di_api::Phase::Succeeded));
+    assert!(plan.actions.contains(&Action::DeleteDisruptionBudget { name: "job-core".into() }), "{:?}", plan.actions);
+    // Once the finish is recorded, no pass asks again.
+    let finished = common::with_status(protected, plan.status.clone());
+    let again = decide(&finished, &pods, &services, now());
+    assert!(!again.actions.iter().any(|a| matches!(a, Action::DeleteDisruptionBudget { .. })), "{:?}", again.actions);
+}
+
+#[test]
+fn its_minimum_counts_every_live_core_pod() {
+    // Scaled down to no learner while two still run (their deletion is this pass's): the budget
+    // the coordinator's replacement applies still covers them.
+    let before = job(1, 2, json!({"protectCore": true}));
+    let (pods, services) = world_of(&before, |name| (name != "job-coordinator").then_some("Running"));
+    let after = job(1, 0, json!({"protectCore": true}));
+    let plan = decide(&after, &pods, &services, now());
+    let min = budget(&plan.actions).unwrap().spec.as_ref().unwrap().min_available.clone();
+    assert_eq!(min, Some(IntOrString::Int(3)), "the coordinator wanted and two learners alive");
+    // Everything alive is also wanted: counted once.
+    let (pods, services) = world_of(&before, |name| (name != "job-coordinator").then_some("Running"));
+    let plan = decide(&before, &pods, &services, now());
+    let min = budget(&plan.actions).unwrap().spec.as_ref().unwrap().min_available.clone();
+    assert_eq!(min, Some(IntOrString::Int(3)));
+}
