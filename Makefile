@@ -19,7 +19,7 @@ demo:
 	$(TARGET_DIR)/debug/di-demo
 
 ## bench: the headline, each figure against a baseline measured in the same run: time to Running
-##        at four sizes, memory, the webhook; about 10 minutes once built (target/bench/report.md)
+##        at four sizes, memory, the webhook; about 13 minutes on 2 cores once built (target/bench/report.md)
 bench: bench-build
 	DI_BIN_PROFILE=release $(TARGET_DIR)/release/di-bench --headline
 

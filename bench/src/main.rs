@@ -65,7 +65,7 @@ fn main() -> anyhow::Result<()> {
     let invocations = args.invocations.unwrap_or(default_invocations);
     let whole = args.invocations.is_none_or(|n| n == default_invocations)
         && args.only.is_empty()
-        && std::env::var_os("DI_BENCH_SCENARIOS").is_none();
+        && ["DI_BENCH_SCENARIOS", "DI_BENCH_ORCHESTRATOR_ARGS"].iter().all(|v| std::env::var_os(v).is_none());
     let mode = match (whole, args.headline) {
         (true, true) => Mode::Headline,
         (true, false) => Mode::Verdict,
@@ -73,10 +73,11 @@ fn main() -> anyhow::Result<()> {
     };
     let only = if args.headline { vec![cluster::Scenario::Running] } else { args.only };
     let plan = cluster::Plan { only, invocations, sizes: sizes(default_sizes)?, detail: !args.headline };
+    // Before measuring: a commit made while it runs is not what was measured.
+    let provenance = Provenance::here(mode, invocations);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let webhook = runtime.block_on(webhook::run())?;
     let cluster = runtime.block_on(cluster::run(&plan))?;
-    let provenance = Provenance::here(mode, invocations);
     let out = out::out_dir()?;
     let json = report::json(&provenance, &webhook, cluster.as_ref());
     std::fs::write(out.join("report.json"), serde_json::to_string_pretty(&json)?)?;

@@ -20,7 +20,8 @@ pub fn publish(root: &Path) -> anyhow::Result<Vec<String>> {
     let mode = json["mode"].as_str().unwrap_or("partial");
     if mode != "headline" && mode != "verdict" {
         bail!(
-            "target/bench/report.md is a partial run (--only, DI_BENCH_SCENARIOS or --invocations): \
+            "target/bench/report.md is a partial run (--only, --invocations, DI_BENCH_SCENARIOS or \
+             DI_BENCH_ORCHESTRATOR_ARGS): \
              publish a run of make bench or make bench-verdict"
         );
     }
@@ -28,23 +29,25 @@ pub fn publish(root: &Path) -> anyhow::Result<Vec<String>> {
     if commit == "unknown" || commit.ends_with("-dirty") {
         bail!("the report was taken on uncommitted changes ({commit}): commit them, run it again, then publish");
     }
+    if json["cluster"].is_null() {
+        bail!("the report has no cluster figures (no control plane ran): nothing to publish");
+    }
     let report = std::fs::read_to_string(out.join("report.md"))?;
-    let mut written = vec![];
-    let published = format!("docs/bench/{mode}.md");
-    std::fs::create_dir_all(root.join("docs/bench"))?;
-    std::fs::write(root.join(&published), &report)?;
-    written.push(published);
+    // Every text first, then the writes: a refusal leaves every file as it was.
+    let mut texts = vec![(format!("docs/bench/{mode}.md"), report.clone())];
     if mode == "headline" {
         let headline = block(&report).context("the report has no headline block")?;
         for page in PAGES {
-            let path = root.join(page);
-            let text = std::fs::read_to_string(&path)?;
+            let text = std::fs::read_to_string(root.join(page))?;
             let new = replace(&text, headline).with_context(|| format!("{page} has no lines {BEGIN} and {END}"))?;
-            std::fs::write(&path, new)?;
-            written.push(page.to_string());
+            texts.push((page.to_string(), new));
         }
     }
-    Ok(written)
+    std::fs::create_dir_all(root.join("docs/bench"))?;
+    for (path, text) in &texts {
+        std::fs::write(root.join(path), text)?;
+    }
+    Ok(texts.into_iter().map(|(path, _)| path).collect())
 }
 
 /// The headline block of `text`, its two lines included.

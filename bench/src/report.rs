@@ -160,8 +160,8 @@ fn machine() -> String {
     format!("{cpus} cores ({model})")
 }
 
-/// The commit measured, and `-dirty` when the work tree differs from it (`publish` refuses
-/// such a report: its figures belong to no commit).
+/// The commit measured, and `-dirty` when the work tree differs from it, untracked files
+/// included (`publish` refuses such a report: its figures belong to no commit).
 fn commit() -> String {
     let git = |args: &[&str]| {
         Command::new("git")
@@ -173,7 +173,7 @@ fn commit() -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let Some(head) = git(&["rev-parse", "--short=7", "HEAD"]) else { return "unknown".into() };
-    match git(&["status", "--porcelain", "--untracked-files=no"]) {
+    match git(&["status", "--porcelain"]) {
         Some(changes) if changes.is_empty() => head,
         _ => format!("{head}-dirty"),
     }

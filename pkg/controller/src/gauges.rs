@@ -52,6 +52,10 @@ pub(crate) fn count(jobs: &[Arc<JobView>], now: Timestamp) -> Counts {
 
 /// Keeps the gauges current while the reconciler runs.
 pub(crate) async fn keep_current(jobs: Store<JobView>, metrics: Arc<Metrics>) {
+    // Not from a cache that is still being listed: that would say 0 jobs for a moment.
+    if jobs.wait_until_ready().await.is_err() {
+        return;
+    }
     loop {
         let counts = count(&jobs.state(), Timestamp::now());
         for (phase, n) in counts.by_phase {

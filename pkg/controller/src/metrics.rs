@@ -196,6 +196,9 @@ impl Metrics {
                 metrics.leader_acquisitions.clone(),
             );
         }
+        // A series that first appears at 1 hides that first failure from `increase()`, which the
+        // alert on failing jobs reads: it starts at 0.
+        drop(metrics.phase_transitions.get_or_create(&PhaseLabel { phase: format!("{:?}", Phase::Failed) }));
         metrics
     }
 
