@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use di_api::DIJob;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use crate::context::{Context, MANAGER};
+use crate::context::Context;
 use crate::decision::Action;
 use crate::error::Error;
 
@@ -22,10 +21,6 @@ pub(crate) async fn apply(ctx: &Arc<Context>, job: &DIJob, actions: &[Action]) -
         return Ok(());
     };
     let api: Api<PodDisruptionBudget> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let name = budget.name_any();
     // k8s-openapi writes the type's apiVersion and kind, as an apply needs.
-    match api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(budget)).await {
-        Ok(_) => Ok(()),
-        Err(source) => Err(Error::Create { kind: "PodDisruptionBudget".into(), name, source }),
-    }
+    crate::writes::apply(&api, &budget.name_any(), budget, "PodDisruptionBudget").await
 }

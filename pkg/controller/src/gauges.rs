@@ -12,20 +12,6 @@ use crate::metrics::{Metrics, PhaseLabel};
 use crate::milestones::{queued_since, seconds};
 use crate::view::JobView;
 
-/// Every phase a stored job may have, task jobs' and DI-orchestrator 1.x's too, so the phases'
-/// counts add up to every job cached.
-const PHASES: [Phase; 9] = [
-    Phase::Pending,
-    Phase::Starting,
-    Phase::Restarting,
-    Phase::Rescheduling,
-    Phase::Created,
-    Phase::Running,
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::Unknown,
-];
-
 /// What the gauges show, counted from the cached jobs at `now`.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Counts {
@@ -38,7 +24,8 @@ pub(crate) struct Counts {
 
 pub(crate) fn count(jobs: &[Arc<JobView>], now: Timestamp) -> Counts {
     let phase = |j: &JobView| j.status.as_ref().and_then(|s| s.phase).unwrap_or(Phase::Created);
-    let by_phase = PHASES.iter().map(|&p| (p, jobs.iter().filter(|j| phase(j) == p).count() as i64)).collect();
+    // Every phase, so that their counts add up to every job cached.
+    let by_phase = Phase::ALL.iter().map(|&p| (p, jobs.iter().filter(|j| phase(j) == p).count() as i64)).collect();
     let left_alone = jobs.iter().filter(|j| j.left_alone().is_some()).count() as i64;
     let waits: Vec<f64> = jobs
         .iter()

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use di_api::DIJob;
 use di_client::is_status;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject};
 use kube::{Api, Client, ResourceExt};
 
 use tracing::{info, warn};
 
-use crate::context::{Context, MANAGER};
+use crate::context::Context;
 use crate::decision::Action;
 use crate::desired::gang::{self, Backend};
 use crate::error::Error;
@@ -104,15 +104,11 @@ pub(crate) async fn apply_all(ctx: &Arc<Context>, job: &DIJob, actions: &[Action
         })
         .collect();
     let Some(api) = api(ctx, job).filter(|_| !groups.is_empty()) else { return Ok(()) };
-    let params = PatchParams::apply(MANAGER).force();
     let applies = groups.into_iter().map(|object| {
-        let (api, params) = (&api, &params);
+        let api = &api;
         async move {
-            let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-            match api.patch(&name, params, &Patch::Apply(object)).await {
-                Ok(_) => Ok(()),
-                Err(source) => Err(Error::Create { kind: "PodGroup".into(), name, source }),
-            }
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            crate::writes::apply(api, name, object, "PodGroup").await
         }
     });
     futures::future::try_join_all(applies).await.map(drop)

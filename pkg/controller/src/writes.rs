@@ -2,13 +2,26 @@
 //! delete that finds it gone are success, and neither ever touches an object of another owner.
 
 use di_client::is_status;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::{DeserializeOwned, IgnoredAny};
 
 use crate::context::MANAGER;
 use crate::error::Error;
 use crate::view::controller_uid;
+
+/// Applies `object` (server-side, taking over its fields), so a repeat, or a changed field, is one
+/// idempotent request; a refusal is the create of `kind` failing.
+pub(crate) async fn apply<K, P>(api: &Api<K>, name: &str, object: &P, kind: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    P: serde::Serialize + std::fmt::Debug,
+{
+    match api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(object)).await {
+        Ok(_) => Ok(()),
+        Err(source) => Err(Error::Create { kind: kind.into(), name: name.into(), source }),
+    }
+}
 
 /// Creates `object`; `Ok(false)` when it already exists, which is success. The API server's answer
 /// (the whole object, managed fields and all) is checked for its status and skipped, not built:

@@ -122,6 +122,19 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase a stored job may have, task jobs' and DI-orchestrator 1.x's too.
+    pub const ALL: [Phase; 9] = [
+        Phase::Pending,
+        Phase::Starting,
+        Phase::Restarting,
+        Phase::Rescheduling,
+        Phase::Created,
+        Phase::Running,
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Unknown,
+    ];
+
     /// The phase `name` spells exactly (a condition's type, say), if any: unlike reading it,
     /// which takes any other word for Unknown.
     pub fn named(name: &str) -> Option<Phase> {
