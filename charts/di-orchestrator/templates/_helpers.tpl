@@ -134,10 +134,10 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
   resources: ["podgroups"]
   verbs: ["create", "patch", "delete"]
 # The core's PodDisruptionBudget of a job with spec.protectCore: applied (server-side) before its
-# core pods; it goes with its job.
+# core pods; given up (read for its owner, then deleted) when the job finishes.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "get", "delete"]
 # Kueue: the Workload of each job in a queue (made, watched, made anew when the job changed size
 # while it waited, made inactive while the job is suspended, its status written with what the
 # job's pods do).

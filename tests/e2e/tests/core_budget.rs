@@ -1,7 +1,7 @@
 //! A job that protects its core (`spec.protectCore`) against what `kubectl drain` sends, the
 //! Eviction API: its coordinator's and learner's evictions are refused while the budget holds,
 //! a collector's goes through, the collector is replaced and the job keeps running. On both tiers
-//! (on kind a real kubelet stops the evicted collector).
+//! (on kind a real kubelet stops the evicted collector). Once the job finishes its budget is gone.
 
 use di_api::{DIJob, Phase};
 use di_e2e::cluster::{unretried_client, until_watched, within};
@@ -68,4 +68,12 @@ async fn an_eviction_takes_a_collector_and_is_refused_for_the_protected_core() {
     assert_eq!(s.pods.get("kept-coordinator").await.unwrap().uid(), coordinator.uid(), "the coordinator ran on");
     let status = s.jobs.get("kept").await.unwrap().status.unwrap();
     assert_eq!(status.phase, Some(Phase::Running), "{status:?}");
+
+    // Finished, the job gives its budget up (with the install's RBAC on kind), so a drain no
+    // longer waits for the pods its cleanPodPolicy keeps.
+    s.nodes.exit(&s.ns, "kept-coordinator", 0).await;
+    s.wait_phase("kept", Phase::Succeeded).await;
+    let uid = budget.uid().unwrap();
+    let gone = kube::runtime::wait::conditions::is_deleted(&uid);
+    within(WAIT, "the finished job's budget deleted", await_condition(budgets, "kept-core", gone)).await.unwrap();
 }

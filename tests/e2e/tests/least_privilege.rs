@@ -10,8 +10,9 @@ use kube::api::PostParams;
 const ORCHESTRATOR: &str = "system:serviceaccount:di-system:di-orchestrator";
 
 /// Whether the orchestrator's ServiceAccount may `verb` the `resource` (named `name`) in
-/// `namespace`.
+/// `namespace`; `resource` is `plural.group` outside the core group, as kubectl names it.
 async fn may(reviews: &Api<SubjectAccessReview>, verb: &str, resource: &str, namespace: &str, name: &str) -> bool {
+    let (resource, group) = resource.split_once('.').unwrap_or((resource, ""));
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(ORCHESTRATOR.into()),
@@ -19,6 +20,7 @@ async fn may(reviews: &Api<SubjectAccessReview>, verb: &str, resource: &str, nam
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.into()),
                 resource: Some(resource.into()),
+                group: Some(group.into()),
                 namespace: (!namespace.is_empty()).then(|| namespace.into()),
                 name: (!name.is_empty()).then(|| name.into()),
                 ..Default::default()
@@ -53,4 +55,8 @@ async fn the_orchestrator_reads_only_its_own_secret_and_what_its_passes_need() {
     assert!(may(&reviews, "watch", "namespaces", "", "").await);
     // A create answered 409 reads whose the object there is.
     assert!(may(&reviews, "get", "services", "team-a", "job-collector-0").await);
+    // A finished job's core budget is read for its owner, then deleted.
+    for verb in ["create", "patch", "get", "delete"] {
+        assert!(may(&reviews, verb, "poddisruptionbudgets.policy", "team-a", "job-core").await, "{verb} a core budget");
+    }
 }
