@@ -45,6 +45,7 @@ if ! "$kind_bin" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
 fi
 "$kind_bin" get kubeconfig --name "$CLUSTER_NAME" >"$REPO_ROOT/.cache/kind.kubeconfig"
 export KUBECONFIG=$REPO_ROOT/.cache/kind.kubeconfig
+[[ $config == kind/cluster-offline.yaml ]] && kind/pod-network/setup.sh "$kubectl" "$kind_bin"
 
 orchestrator_image=$(kind/images/build.sh orchestrator "$target_dir"/debug/di-orchestrator)
 for image in "$orchestrator_image" $(kind/images/build.sh busybox); do

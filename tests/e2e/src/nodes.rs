@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -21,6 +21,20 @@ use tokio::task::JoinHandle;
 /// Whether the cluster under test runs pods for real (kind) or the suite simulates its nodes.
 pub fn real_nodes() -> bool {
     std::env::var("DI_E2E_NODES").is_ok_and(|v| v == "real")
+}
+
+/// The nodes a pod of the suite may be placed on, by name, sorted: every node without a taint
+/// that keeps pods off (on kind, the workers; the control-plane node keeps its NoSchedule).
+pub async fn schedulable(client: &Client) -> Vec<String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = nodes.list(&ListParams::default()).await.expect("listing the nodes").items;
+    let keeps_off = |node: &Node| {
+        let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+        taints.iter().any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+    };
+    let mut names: Vec<String> = listed.iter().filter(|n| !keeps_off(n)).map(|n| n.name_any()).collect();
+    names.sort();
+    names
 }
 
 /// What the scenarios ask of the nodes, in either mode.

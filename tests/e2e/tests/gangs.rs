@@ -10,7 +10,7 @@ use di_e2e::binaries::{self, Unavailable};
 use di_e2e::capacity::{self, GPU, NodeShape};
 use di_e2e::cluster::{TestCluster, not_applicable, skip, within};
 use di_e2e::controlplane::{ControlPlane, Options};
-use di_e2e::nodes::real_nodes;
+use di_e2e::nodes::{real_nodes, schedulable};
 use di_e2e::scenario::{Scenario, WAIT};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -25,32 +25,42 @@ const WAITING: &str = "WaitingForCapacity";
 const POOL: &str = "di-e2e/pool";
 
 /// GPUs for one scenario's pods alone (they select [`POOL`]). On the control-plane tier, nodes
-/// of their own; on kind, whose one node is shared by the suite, that node's capacity, labelled
-/// and advertised as an extended resource (as a device plugin would), one scenario at a time.
+/// of their own; on kind, whose workers are shared by the suite, the workers' capacity, labelled
+/// and advertised as an extended resource (as a device plugin would), one scenario at a time: the
+/// n-th node asked for is the n-th worker (round the workers again past the last), so a gang
+/// larger than one node spreads over kubelets as over simulated nodes.
 struct GpuPool {
     client: kube::Client,
     ns: String,
+    /// The simulated nodes registered for the scenario.
     nodes: Vec<String>,
-    /// The kind node, while this scenario holds it.
-    real: Option<(String, tokio::sync::MutexGuard<'static, ()>)>,
-    gpus: u32,
+    /// On kind: the workers and the GPUs each advertises, while this scenario holds them.
+    real: Option<(Vec<Worker>, tokio::sync::MutexGuard<'static, ()>)>,
+    /// Nodes asked for so far.
+    asked: usize,
 }
 
-/// The kind node's GPUs are one scenario's at a time.
-static REAL_NODE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// A kind worker's name and the GPUs it advertises for the scenario.
+type Worker = (String, u32);
+
+/// The kind workers' GPUs are one scenario's at a time.
+static REAL_NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl GpuPool {
-    /// `count` nodes of `gpus` each (on kind: one node of all of them).
+    /// `count` nodes of `gpus` each.
     async fn new(s: &Scenario, count: usize, gpus: u32) -> GpuPool {
         let mut pool =
-            GpuPool { client: s.cluster.client.clone(), ns: s.ns.clone(), nodes: vec![], real: None, gpus: 0 };
+            GpuPool { client: s.cluster.client.clone(), ns: s.ns.clone(), nodes: vec![], real: None, asked: 0 };
         if real_nodes() {
-            let guard = REAL_NODE.lock().await;
+            let guard = REAL_NODES.lock().await;
             let nodes: Api<Node> = Api::all(pool.client.clone());
-            let node = nodes.list(&ListParams::default()).await.unwrap().items.remove(0).name_any();
-            let label = json!({"metadata": {"labels": {POOL: pool.ns}}});
-            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
-            pool.real = Some((node, guard));
+            let workers = schedulable(&pool.client).await;
+            assert!(workers.len() >= 2, "kind has two workers (kind/cluster-offline.yaml): {workers:?}");
+            for node in &workers {
+                let label = json!({"metadata": {"labels": {POOL: pool.ns}}});
+                nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+            }
+            pool.real = Some((workers.into_iter().map(|w| (w, 0)).collect(), guard));
         }
         for _ in 0..count {
             pool.add(gpus).await;
@@ -58,13 +68,16 @@ impl GpuPool {
         pool
     }
 
-    /// One more node of `gpus` (on kind: as many more on the node).
+    /// One more node of `gpus` (on kind: as many more on the next worker).
     async fn add(&mut self, gpus: u32) {
-        self.gpus += gpus;
-        match &self.real {
-            Some((node, _)) => {
+        self.asked += 1;
+        match &mut self.real {
+            Some((workers, _)) => {
+                let count = workers.len();
+                let (node, has) = &mut workers[(self.asked - 1) % count];
+                *has += gpus;
                 let nodes: Api<Node> = Api::all(self.client.clone());
-                let capacity = json!({"status": {"capacity": {GPU: self.gpus.to_string()}}});
+                let capacity = json!({"status": {"capacity": {GPU: has.to_string()}}});
                 nodes.patch_status(node, &PatchParams::default(), &Patch::Merge(&capacity)).await.unwrap();
             }
             None => {
@@ -76,17 +89,19 @@ impl GpuPool {
         }
     }
 
-    /// Gives the GPUs back: the nodes go, or the kind node loses its label and GPUs.
+    /// Gives the GPUs back: the nodes go, or the kind workers lose their label and GPUs.
     async fn release(self) {
         for node in &self.nodes {
             capacity::unregister(&self.client, node).await.unwrap();
         }
-        if let Some((node, _guard)) = &self.real {
+        if let Some((workers, _guard)) = &self.real {
             let nodes: Api<Node> = Api::all(self.client.clone());
-            let label = json!({"metadata": {"labels": {POOL: null}}});
-            nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
-            let capacity = json!({"status": {"capacity": {GPU: null}}});
-            nodes.patch_status(node, &PatchParams::default(), &Patch::Merge(&capacity)).await.unwrap();
+            for (node, _) in workers {
+                let label = json!({"metadata": {"labels": {POOL: null}}});
+                nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+                let capacity = json!({"status": {"capacity": {GPU: null}}});
+                nodes.patch_status(node, &PatchParams::default(), &Patch::Merge(&capacity)).await.unwrap();
+            }
         }
     }
 }
@@ -132,7 +147,12 @@ async fn a_gang_that_does_not_fit_holds_no_gpu_until_the_one_running_ends() {
 async fn one_gang_at_a_time(s: &Scenario, says: &[&str]) {
     submit_gpu_tasks(s, "first", 6).await;
     s.wait_phase("first", Phase::Running).await;
-    assert_eq!(bound(&pods_of(s, "first").await).len(), 6);
+    let first = pods_of(s, "first").await;
+    assert_eq!(bound(&first).len(), 6);
+    // No node has six GPUs: the gang is placed whole over two (on kind, two kubelets).
+    let spread: std::collections::BTreeSet<_> =
+        first.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+    assert_eq!(spread.len(), 2, "the gang's nodes: {spread:?}");
 
     // Two of the eight GPUs are free: without a gang, two of its pods would take them.
     submit_gpu_tasks(s, "second", 6).await;

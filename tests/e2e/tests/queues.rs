@@ -11,7 +11,7 @@ use di_e2e::cluster::{until_watched, within};
 use di_e2e::history::{created_once, pod_uids};
 use di_e2e::kueue::jobs::{REPLICA_CPU, queued, submit};
 use di_e2e::kueue::{self, Share, TestQueue};
-use di_e2e::nodes::{REAL_IMAGE, real_nodes};
+use di_e2e::nodes::{REAL_IMAGE, real_nodes, schedulable};
 use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -204,7 +204,7 @@ async fn a_higher_priority_job_preempts_a_lower_one_which_runs_again_later() {
 const FLAVOR_LABEL: &str = "di-e2e/flavor";
 
 /// A node labelled [`FLAVOR_LABEL`]`=value`, its name: on simulated nodes one registered for the
-/// scenario, on kind a node of the cluster (every node is shared; the value is the scenario's).
+/// scenario, on kind the first worker (every node is shared; the value is the scenario's).
 async fn flavor_node(client: &Client, value: &str) -> String {
     if !real_nodes() {
         let mut node =
@@ -213,8 +213,7 @@ async fn flavor_node(client: &Client, value: &str) -> String {
         capacity::register(client, &node).await.unwrap();
         return node.name;
     }
-    let nodes: Api<Node> = Api::all(client.clone());
-    let name = nodes.list(&ListParams::default()).await.unwrap().items[0].name_any();
+    let name = schedulable(client).await.remove(0);
     label_node(client, &name, json!(value)).await;
     name
 }
@@ -264,14 +263,16 @@ async fn a_topology_assignment_places_the_pods_in_their_domains() {
     let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
     let s = Box::pin(Scenario::on(cluster, "topology", &[])).await;
     let client = s.cluster.client.clone();
-    // Two racks of one node each on simulated nodes; on kind, its node is rack a.
+    // Two racks of one node each: simulated nodes, or kind's two workers.
     let mut racks: Vec<(String, &str)> = vec![];
     if real_nodes() {
-        let node = flavor_node(&client, &s.ns).await;
         let nodes: Api<Node> = Api::all(client.clone());
-        let patch = json!({"metadata": {"labels": {RACK_LABEL: "a"}}});
-        nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        racks.push((node, "a"));
+        for (node, rack) in schedulable(&client).await.into_iter().zip(["a", "b"]) {
+            let patch = json!({"metadata": {"labels": {RACK_LABEL: rack, FLAVOR_LABEL: s.ns}}});
+            nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+            racks.push((node, rack));
+        }
+        assert_eq!(racks.len(), 2, "kind has two workers (kind/cluster-offline.yaml)");
     } else {
         for rack in ["a", "b"] {
             let mut node = NodeShape {

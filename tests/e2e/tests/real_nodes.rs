@@ -1,11 +1,12 @@
 //! What only real nodes show (`make e2e`, kind): a coordinator container that scales its own job
 //! through the replica-endpoint sidecar at `KUBERNETES_SERVER_URL`, as DI-engine does, and then
-//! reaches the new collector by the `<pod>.<namespace>` name the endpoint handed out, over the
-//! cluster's DNS and Service network; its exit then finishes the job. And a port-forward to the
+//! reaches the new collector, on another node, by the `<pod>.<namespace>` name the endpoint handed
+//! out, over the cluster's DNS, Service and pod network; its exit then finishes the job. And a port-forward to the
 //! coordinator, which reaches the endpoint as the pod's own loopback does, reads it and changes
 //! nothing. On simulated nodes nothing runs a container, so these scenarios do not apply there.
 
 use di_api::Phase;
+use di_api::contract::labels::{JOB_NAME, REPLICA_TYPE};
 use di_api::contract::{COORDINATOR_ENDPOINT_PORT, REPLICAS_PORT};
 use di_e2e::cluster::within;
 use di_e2e::nodes::{REAL_IMAGE, WAIT_FOR_EXIT, real_nodes};
@@ -15,8 +16,9 @@ use kube::api::LogParams;
 use serde_json::json;
 
 /// The coordinator's program: wait for the sidecar, ask it for one more collector (the job has one,
-/// so the new one is `net-collector-1`) with DI-engine's request, then fetch the page the new collector serves under the name the answer gave. Exits 0
-/// only when the page names that collector's own pod. (No `wget -T`: busybox 1.35's crashes.)
+/// so the new one is `net-collector-1`) with DI-engine's request, then fetch the page the new
+/// collector serves under the name the answer gave. Exits 0 only when the page names that
+/// collector's own pod. (No `wget -T`: busybox 1.35's crashes.)
 fn coordinator_script(ns: &str) -> String {
     let endpoint = "http://$KUBERNETES_SERVER_URL";
     let request = format!(
@@ -33,7 +35,7 @@ address=$(sed -n 's/.*"collectors":\["\([^"]*\)".*/\1/p' /tmp/answer)
 for i in $(seq 120); do
   if wget -q -O /tmp/page "http://$address/"; then
     echo "reached $address: $(cat /tmp/page)"
-    [ "$(cat /tmp/page)" = net-collector-1 ] && exit 0
+    case "$(cat /tmp/page)" in "net-collector-1 on "*) exit 0;; esac
     exit 4
   fi
   sleep 0.5
@@ -42,9 +44,12 @@ exit 5"#
     )
 }
 
-/// A collector that serves its own hostname on the collector port, then waits to be told to end.
+/// A collector that serves its own hostname and its node's name on the collector port, then
+/// waits to be told to end.
 fn collector_script() -> String {
-    format!("mkdir -p /www && hostname > /www/index.html && httpd -p 22270 -h /www && {WAIT_FOR_EXIT}")
+    format!(
+        "mkdir -p /www && echo \"$(hostname) on $NODE\" > /www/index.html && httpd -p 22270 -h /www && {WAIT_FOR_EXIT}"
+    )
 }
 
 #[tokio::test]
@@ -57,7 +62,14 @@ async fn a_coordinator_scales_through_its_sidecar_and_reaches_the_new_collector_
     let s = Scenario::new("net").await;
     let container =
         |script: String| json!({"name": "di-container", "image": REAL_IMAGE, "command": ["sh", "-c", script]});
-    let collectors = json!({"containers": [container(collector_script())]});
+    // The collectors are kept off the coordinator's node: what they say crosses nodes.
+    let mut collector = container(collector_script());
+    collector["env"] = json!([{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]);
+    let apart = json!({"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {JOB_NAME: "net", REPLICA_TYPE: "coordinator"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }]});
+    let collectors = json!({"containers": [collector], "affinity": {"podAntiAffinity": apart}});
     let coordinator = json!({"containers": [container(coordinator_script(&s.ns))]});
     s.submit(
         "net",
@@ -71,9 +83,13 @@ async fn a_coordinator_scales_through_its_sidecar_and_reaches_the_new_collector_
     let job = s.wait_phase("net", Phase::Succeeded).await;
     let params = LogParams { container: Some("di-container".into()), ..Default::default() };
     let log = s.pods.logs("net-coordinator", &params).await.unwrap_or_else(|e| format!("(no log: {e})"));
+    let reached = format!("reached net-collector-1.{}:22270: net-collector-1 on ", s.ns);
+    let collector_node = log.lines().find_map(|l| l.strip_prefix(reached.as_str())).map(str::to_owned);
+    let coordinator = s.pods.get("net-coordinator").await.unwrap();
+    let coordinator_node = coordinator.spec.and_then(|s| s.node_name);
     assert!(
-        log.contains(&format!("reached net-collector-1.{}:22270: net-collector-1", s.ns)),
-        "coordinator said:\n{log}"
+        collector_node.is_some() && collector_node != coordinator_node,
+        "the collector answered from another node than the coordinator's ({coordinator_node:?}):\n{log}"
     );
     assert_eq!(job.spec.collector_replicas(), 2, "the sidecar's write is in the job");
     // Policy Running: the collectors that still ran are gone; the coordinator stays for its logs.

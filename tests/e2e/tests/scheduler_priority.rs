@@ -8,11 +8,11 @@ use std::time::Duration;
 use di_api::Phase;
 use di_e2e::capacity::{self, NodeShape};
 use di_e2e::cluster::until_watched;
-use di_e2e::nodes::real_nodes;
+use di_e2e::nodes::{real_nodes, schedulable};
 use di_e2e::scenario::Scenario;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -25,11 +25,11 @@ const SLOT: &str = "di-e2e/slot";
 const SLOTS_LABEL: &str = "di-e2e/slots";
 
 /// A node of `slots` [`SLOT`]s labelled for the scenario: a simulated node of its own, or on
-/// kind the cluster's node. Its name.
+/// kind the cluster's first worker. Its name.
 async fn slots_node(client: &Client, ns: &str, slots: u32) -> String {
     let nodes: Api<Node> = Api::all(client.clone());
     let name = if real_nodes() {
-        let name = nodes.list(&ListParams::default()).await.unwrap().items[0].name_any();
+        let name = schedulable(client).await.remove(0);
         let label = json!({"metadata": {"labels": {SLOTS_LABEL: ns}}});
         nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
         name
