@@ -136,6 +136,12 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
                     deleted.push((name.clone(), *why));
                 }
             }
+            Action::ReleaseStranded { name, uid, node } => {
+                if crate::stranded::release(ctx, &pods, name, uid, node).await? {
+                    ctx.metrics.pods_deleted.inc();
+                    deleted.push((name.clone(), Why::NodeLost));
+                }
+            }
             Action::DeleteService { name, uid } => {
                 delete(&services, name, Some(uid)).await?;
             }
@@ -303,6 +309,7 @@ fn report(ctx: &Arc<Context>, job: &DIJob, done: &Done) {
         (Why::JobRestart, "JobRestarted"),
         (Why::Disrupted, "Disrupted"),
         (Why::Reclaimed, "Reclaimed"),
+        (Why::NodeLost, "NodeLost"),
     ] {
         let names: Vec<String> = deleted.iter().filter(|(_, w)| *w == why).map(|(n, _)| n.clone()).collect();
         if !names.is_empty() {

@@ -30,6 +30,7 @@ pub mod reconciler;
 mod record;
 pub mod refusals;
 pub mod restarts;
+mod stranded;
 pub mod support;
 pub mod teardown;
 pub mod timing;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use di_api::contract::{annotations, labels};
 use di_api::tasks::{self, TASK_LABEL};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus, Service};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::Resource;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -30,6 +30,10 @@ pub struct PodView {
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodViewStatus>,
+    /// The node of a pod that is terminating, which a pass asks about when the pod is stuck there
+    /// (`di_core::stranded`); dropped by `slim` from every other pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodViewSpec>,
     /// The values of `POD_LABELS`, moved out of `metadata` by `slim`: a map of three costs
     /// about 700 bytes, more than the rest of the view.
     #[serde(skip)]
@@ -37,6 +41,12 @@ pub struct PodView {
     /// The UID in its controller reference, moved out of `metadata` by `slim`.
     #[serde(skip)]
     pub owner: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct PodViewSpec {
+    #[serde(default, rename = "nodeName", skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -152,10 +162,14 @@ core_v1_resource!(PodView, "Pod", "pods");
 core_v1_resource!(ServiceView, "Service", "services");
 
 impl PodView {
-    /// Keeps only the metadata a pass reads, the Ready condition, and PodScheduled while the
-    /// scheduler cannot place the pod (with its reason and message: why a job waits).
+    /// Keeps only the metadata a pass reads, the Ready condition, PodScheduled while the
+    /// scheduler cannot place the pod (with its reason and message: why a job waits), and the
+    /// node of a pod that is terminating.
     pub fn slim(&mut self) {
         self.owner = controller_uid(&self.metadata).map(str::to_owned);
+        if self.metadata.deletion_timestamp.is_none() {
+            self.spec = None;
+        }
         let mut labels = slim_metadata(&mut self.metadata, &POD_ANNOTATIONS);
         self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
         if let Some(status) = &mut self.status {
@@ -171,7 +185,7 @@ impl PodView {
         let labels: BTreeMap<String, String> = labels.filter_map(|(k, v)| Some((k.to_string(), v.clone()?))).collect();
         Pod {
             metadata: ObjectMeta { labels: Some(labels), ..self.metadata.clone() },
-            spec: None,
+            spec: self.spec.as_ref().map(|s| PodSpec { node_name: s.node_name.clone(), ..Default::default() }),
             status: self.status.as_ref().map(|s| PodStatus {
                 phase: s.phase.clone(),
                 conditions: Some(
@@ -292,6 +306,19 @@ mod tests {
         assert!(pod.metadata.annotations.is_none() && pod.metadata.owner_references.is_none());
         assert_eq!(pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
         assert_eq!(pod.metadata.uid.as_deref(), Some("u1"));
+        assert!(pod.spec.is_none(), "a running pod's node is not kept");
+    }
+
+    #[test]
+    fn a_terminating_pod_view_keeps_its_node() {
+        let mut view: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "job-collector-0", "namespace": "ns", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": "worker-a", "containers": [{"name": "di-container", "image": "ding"}]},
+        }))
+        .unwrap();
+        view.slim();
+        let pod = view.to_pod();
+        assert_eq!(pod.spec.and_then(|s| s.node_name).as_deref(), Some("worker-a"));
     }
 
     #[test]

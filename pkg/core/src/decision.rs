@@ -92,6 +92,14 @@ pub enum Action {
         uid: String,
         why: Why,
     },
+    /// A collector Terminating past its grace period on node `node`: deleted at once (grace 0,
+    /// this UID) if the node is gone or has stopped reporting, left to its kubelet otherwise
+    /// (`stranded`).
+    ReleaseStranded {
+        name: String,
+        uid: String,
+        node: String,
+    },
     /// Deletes the service with this UID.
     DeleteService {
         name: String,
@@ -150,6 +158,8 @@ pub enum Why {
     /// Its collector Workload was preempted (its queue reclaimed the quota): not counted, and
     /// made again when the Workload is readmitted (`queue::collectors`).
     Reclaimed,
+    /// A collector stranded on a lost node (`stranded`): its name freed for its replacement.
+    NodeLost,
 }
 
 #[derive(Clone, Debug, PartialEq)]

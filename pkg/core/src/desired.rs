@@ -257,6 +257,9 @@ impl<'a> Builder<'a> {
         let mut pod_labels = tmeta.labels.unwrap_or_default();
         pod_labels.extend(labels.clone());
         let mut spec = pod_spec(self.spec, template);
+        if role == Role::Collector {
+            crate::stranded::tolerate(&mut spec);
+        }
         // Templates are defaulted, so the main container has its di-port; an undefaulted one
         // (no webhook installed) gets it here.
         if di_port(&spec).is_none()

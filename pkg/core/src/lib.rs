@@ -15,4 +15,5 @@ pub mod queue;
 pub mod reasons;
 pub mod restarts;
 pub mod status;
+pub mod stranded;
 pub mod tasks;

@@ -198,6 +198,11 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_service(service));
             }
         }
+        let (released, again) = crate::stranded::release(job, world);
+        actions.extend(released);
+        if let Some(again) = again {
+            requeue_at(again);
+        }
         gangs = desired::gang::role_gangs(job, &wanted);
         core_pods = wanted.iter().filter(|w| w.role != Role::Collector).map(|w| w.name.clone()).collect();
     }

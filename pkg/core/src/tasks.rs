@@ -123,6 +123,11 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_pod(pod, Why::Rebuilt));
             }
         }
+        let (released, again) = crate::stranded::release(job, world);
+        actions.extend(released);
+        if let Some(again) = again {
+            requeue = Some(requeue.map_or(again, |r| r.min(again)));
+        }
         // Without its own Service no pod's name resolves: none starts while another holds it.
         let service_held = world.taken.get(&service_name);
         if let Some(holder) = service_held {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use di_api::DIJob;
 use di_api::contract::{env, labels};
+use di_api::task::TaskType;
 use di_api::tasks::{self, Member, TASK_LABEL, annotations};
 use k8s_openapi::api::core::v1::{Pod, Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -59,6 +60,9 @@ pub fn task_objects(job: &DIJob, settings: &Settings) -> Result<TaskObjects, Bui
         ]);
 
         let mut spec = pod_spec(&job.spec, template);
+        if task.type_ == TaskType::Collector {
+            crate::stranded::tolerate(&mut spec);
+        }
         spec.hostname = Some(member.pod.clone());
         spec.subdomain = Some(subdomain.clone());
         let mut vars: Vec<(&str, String)> =

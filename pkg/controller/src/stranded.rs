@@ -1,0 +1,31 @@
+//! The I/O of `di_core::stranded`: a collector Terminating past its grace period is deleted at
+//! once when its node is lost (gone, or no longer reporting), so its replacement can take its
+//! name; while its node still answers, its kubelet is left to stop it.
+
+use di_client::is_status;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Preconditions};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// Whether the pod `name` (this `uid`) on `node` was released.
+pub(crate) async fn release(ctx: &Context, pods: &Api<Pod>, name: &str, uid: &str, node: &str) -> Result<bool, Error> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let found = nodes.get_opt(node).await.map_err(|source| Error::ReadNode { node: node.to_owned(), source })?;
+    if !di_core::stranded::node_lost(found.as_ref()) {
+        return Ok(false);
+    }
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: Some(uid.to_owned()), ..Default::default() }),
+        ..Default::default()
+    };
+    match pods.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        // Gone already, or another pod of that name: nothing of this one is left to release.
+        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
+        Err(source) => Err(Error::Delete { kind: "Pod".into(), name: name.to_owned(), source }),
+    }
+}
