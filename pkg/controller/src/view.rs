@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use di_api::contract::{annotations, labels};
 use di_api::tasks::{self, TASK_LABEL};
+use di_core::disruption::DISRUPTION_TARGET;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -163,8 +164,8 @@ core_v1_resource!(ServiceView, "Service", "services");
 
 impl PodView {
     /// Keeps only the metadata a pass reads, the Ready condition, PodScheduled while the
-    /// scheduler cannot place the pod (with its reason and message: why a job waits), and the
-    /// node of a pod that is terminating.
+    /// scheduler cannot place the pod (with its reason and message: why a job waits),
+    /// DisruptionTarget when set, and the node of a pod that is terminating.
     pub fn slim(&mut self) {
         self.owner = controller_uid(&self.metadata).map(str::to_owned);
         if self.metadata.deletion_timestamp.is_none() {
@@ -173,7 +174,13 @@ impl PodView {
         let mut labels = slim_metadata(&mut self.metadata, &POD_ANNOTATIONS);
         self.kept_labels = POD_LABELS.map(|key| labels.remove(key));
         if let Some(status) = &mut self.status {
-            status.conditions.retain(|c| c.type_ == "Ready" || (c.type_ == "PodScheduled" && c.status == "False"));
+            // DisruptionTarget says a failed pod was ended by a disruption (pod GC of a deleted
+            // node, the taint manager, a preemption): replaced, not counted (`di_core::disruption`).
+            status.conditions.retain(|c| {
+                c.type_ == "Ready"
+                    || (c.type_ == "PodScheduled" && c.status == "False")
+                    || (c.type_ == DISRUPTION_TARGET && c.status == "True")
+            });
             for condition in status.conditions.iter_mut().filter(|c| c.type_ == "Ready") {
                 (condition.reason, condition.message) = (None, None);
             }
@@ -307,6 +314,20 @@ mod tests {
         assert_eq!(pod.status.as_ref().and_then(|s| s.conditions.as_ref()).map(Vec::len), Some(1));
         assert_eq!(pod.metadata.uid.as_deref(), Some("u1"));
         assert!(pod.spec.is_none(), "a running pod's node is not kept");
+    }
+
+    #[test]
+    fn a_pod_view_keeps_what_says_a_disruption_ended_it() {
+        let mut view: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "job-collector-0", "namespace": "ns"},
+            "status": {"phase": "Failed", "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"},
+                {"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap();
+        view.slim();
+        let pod = view.to_pod();
+        assert_eq!(di_core::disruption::disrupted(&pod).as_deref(), Some("DeletionByPodGC"));
     }
 
     #[test]

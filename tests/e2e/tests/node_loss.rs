@@ -1,15 +1,20 @@
-//! A worker lost under a running job, on kind's real nodes: the worker's kubelet stops, so the
-//! node stops reporting (Ready `Unknown`) while its containers, out of the cluster's reach, run
-//! on. The job's collectors there leave it within a minute of the node going silent (their short
-//! tolerations of `node.kubernetes.io/unreachable`), and once their grace period is over the
-//! orchestrator lets them go (their kubelet cannot confirm they stopped), so their replacements,
-//! under the same names, run on the other worker. The coordinator, on the other worker, runs on
-//! untouched, and the job never leaves Running. Then the kubelet returns and the node with it.
+//! A worker lost under a running job, on kind's real nodes, its coordinator on the other worker:
+//! - the worker's kubelet stops, so the node stops reporting (Ready `Unknown`) while its
+//!   containers, out of the cluster's reach, run on. The job's collectors there leave it within a
+//!   minute of the node going silent (their short tolerations of `node.kubernetes.io/unreachable`),
+//!   and once their grace period is over the orchestrator lets them go (their kubelet cannot
+//!   confirm they stopped), so their replacements, under the same names, run on the other worker;
+//! - a spot reclaim: the worker's machine is gone at once and its Node deleted, as a cloud's
+//!   controller does. Kubernetes' pod garbage collector deletes its pods; the collectors and the
+//!   learner there run again on the other worker, counted as no restart.
+//!
+//! Either way the coordinator runs on untouched and the job never leaves Running; then the worker
+//! returns (its kubelet started, its machine started and registered again).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use di_api::{DIJob, Phase};
+use di_api::Phase;
 use di_e2e::cluster::{not_applicable, until_watched, within};
 use di_e2e::nodes::{real_nodes, schedulable};
 use di_e2e::scenario::Scenario;
@@ -27,19 +32,23 @@ const SPOT: &str = "di-e2e/spot";
 /// toleration (30 s), their grace period and the orchestrator's margin, and a start elsewhere.
 const LOSS: Duration = Duration::from_secs(240);
 
-/// Starts the node's kubelet again when dropped, so a failed test leaves the cluster whole.
-struct Restart(String);
+/// One worker lost at a time: the scenarios take turns.
+static WORKERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-impl Drop for Restart {
+/// Runs `docker` with these arguments when dropped, so a failed test still gives the worker
+/// back.
+struct Undo(Vec<String>);
+
+impl Drop for Undo {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("docker").args(["exec", &self.0, "systemctl", "start", "kubelet"]).status();
+        let _ = std::process::Command::new("docker").args(&self.0).status();
     }
 }
 
-async fn docker_exec(node: &str, command: &[&str]) {
-    let out = tokio::process::Command::new("docker").arg("exec").arg(node).args(command).output().await;
-    let out = out.unwrap_or_else(|e| panic!("docker exec {node}: {e}"));
-    assert!(out.status.success(), "docker exec {node} {command:?}: {}", String::from_utf8_lossy(&out.stderr));
+async fn docker(args: &[&str]) {
+    let out = tokio::process::Command::new("docker").args(args).output().await;
+    let out = out.unwrap_or_else(|e| panic!("docker {args:?}: {e}"));
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 async fn label(client: &Client, node: &str, value: serde_json::Value) {
@@ -62,6 +71,100 @@ async fn kueue_nodes(client: &Client) -> Vec<String> {
     listed.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect()
 }
 
+/// A running job placed for a loss: its coordinator on the worker that stays (`kept`), its
+/// collectors and learners on the one that goes (`lost`), which Kueue's controller does not run
+/// on (its admission webhooks, pods' among them, must answer meanwhile). Once placed, both
+/// workers are room for collectors and learners (a spot pool of two nodes).
+struct Placed {
+    s: Scenario,
+    lost: String,
+    kept: String,
+    /// Each pod's UID and node before the loss.
+    before: BTreeMap<String, (String, String)>,
+}
+
+impl Placed {
+    async fn new(hint: &str, collectors: i32, learners: i32) -> Placed {
+        let s = Scenario::new(hint).await;
+        let client = s.cluster.client.clone();
+        // Both workers Ready: one lost by a scenario before this one may still be on its way back.
+        let nodes: Api<Node> = Api::all(client.clone());
+        let what = "two workers Ready (kind/cluster-offline.yaml)";
+        until_watched(nodes, watcher::Config::default(), (), LOSS, what, |all| {
+            let ready_workers = all.iter().filter(|n| {
+                let tainted = n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| !t.is_empty());
+                !tainted && ready(Some(n)).as_deref() == Some("True")
+            });
+            (ready_workers.count() >= 2).then_some(())
+        })
+        .await;
+        let workers = schedulable(&client).await;
+        let kueue = kueue_nodes(&client).await;
+        let lost = workers.iter().find(|w| !kueue.contains(w)).expect("a worker without Kueue").clone();
+        let kept = workers.iter().find(|w| **w != lost).unwrap().clone();
+        label(&client, &lost, json!(s.ns)).await;
+        let spot = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": SPOT, "operator": "In", "values": [s.ns]}]}]}}});
+        let placed = json!({
+            "coordinator": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": kept}}}},
+            "collector": {"template": {"spec": {"affinity": spot}}},
+            "learner": {"template": {"spec": {"affinity": spot}}},
+        });
+        s.submit("far", collectors, learners, placed).await;
+        s.wait_phase("far", Phase::Running).await;
+        let listed = s.pods.list(&ListParams::default().labels("dijob-name=far")).await.unwrap().items;
+        let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let before: BTreeMap<String, (String, String)> =
+            listed.iter().map(|p| (p.name_any(), (p.uid().unwrap(), node_of(p)))).collect();
+        for (name, (_, node)) in &before {
+            let expected = if name.ends_with("coordinator") { &kept } else { &lost };
+            assert_eq!(node, expected, "{name}");
+        }
+        label(&client, &kept, json!(s.ns)).await;
+        Placed { s, lost, kept, before }
+    }
+
+    /// Waits until every pod that ran on the lost worker runs again, a new pod of its name, on
+    /// the kept one; how long that took since `start`.
+    async fn until_replaced(&self, start: Instant) -> Duration {
+        let moved: Vec<String> =
+            self.before.iter().filter(|(_, (_, node))| *node == self.lost).map(|(name, _)| name.clone()).collect();
+        let config = watcher::Config::default().labels("dijob-name=far");
+        let what = format!("{moved:?} running on {}", self.kept);
+        until_watched(self.s.pods.clone(), config, (), LOSS, &what, |all| {
+            let again = |name: &String| {
+                all.iter().any(|p| {
+                    &p.name_any() == name
+                        && p.uid().as_ref() != Some(&self.before[name].0)
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.kept.as_str())
+                        && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
+                })
+            };
+            moved.iter().all(again).then(|| start.elapsed())
+        })
+        .await
+    }
+
+    /// The job ran on through the loss: Running, no restart counted, the same coordinator.
+    async fn ran_on(&self) {
+        let status = self.s.jobs.get("far").await.unwrap().status.unwrap();
+        assert_eq!(status.phase, Some(Phase::Running), "{status:?}");
+        assert_eq!(status.restarts.unwrap_or(0), 0, "a lost node's pods are no restarts: {status:?}");
+        let coordinator = self.s.pods.get("far-coordinator").await.unwrap();
+        assert_eq!(coordinator.uid().unwrap(), self.before["far-coordinator"].0, "the coordinator ran on");
+    }
+
+    /// Waits for the lost worker to be Ready again, then takes the scenario's labels off.
+    async fn returned(&self) {
+        let nodes: Api<Node> = Api::all(self.s.cluster.client.clone());
+        let back = |n: Option<&Node>| ready(n).as_deref() == Some("True");
+        within(LOSS, "the worker Ready again", await_condition(nodes, &self.lost, back)).await.unwrap();
+        for node in [&self.lost, &self.kept] {
+            label(&self.s.cluster.client, node, serde_json::Value::Null).await;
+        }
+    }
+}
+
 #[tokio::test]
 #[ignore = "kind tier: run with `make e2e`"]
 async fn collectors_on_a_worker_whose_kubelet_stops_run_again_on_another_and_the_job_runs_on() {
@@ -69,76 +172,45 @@ async fn collectors_on_a_worker_whose_kubelet_stops_run_again_on_another_and_the
         not_applicable("stops a real node's kubelet (kind tier only)");
         return;
     }
-    let s = Scenario::new("node-loss").await;
-    let client = s.cluster.client.clone();
-    let workers = schedulable(&client).await;
-    assert!(workers.len() >= 2, "kind has two workers (kind/cluster-offline.yaml): {workers:?}");
-    let kueue = kueue_nodes(&client).await;
-    let lost = workers.iter().find(|w| !kueue.contains(w)).expect("a worker without Kueue").clone();
-    let kept = workers.iter().find(|w| **w != lost).unwrap().clone();
-
-    // The coordinator on the worker that stays; the collectors on the one that goes.
-    label(&client, &lost, json!(s.ns)).await;
-    let spot = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": SPOT, "operator": "In", "values": [s.ns]}]}]}}});
-    let placed = json!({
-        "coordinator": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": kept}}}},
-        "collector": {"template": {"spec": {"affinity": spot}}},
-    });
-    s.submit("far", 2, 0, placed).await;
-    s.wait_phase("far", Phase::Running).await;
-    let before: BTreeMap<String, (String, String)> = s
-        .pods
-        .list(&ListParams::default().labels("dijob-name=far"))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| (p.name_any(), (p.uid().unwrap(), p.spec.as_ref().unwrap().node_name.clone().unwrap())))
-        .collect();
-    assert_eq!(before["far-collector-0"].1, lost);
-    assert_eq!(before["far-collector-1"].1, lost);
-    // The other worker is room for collectors too from now on (a spot pool of two nodes).
-    label(&client, &kept, json!(s.ns)).await;
-
+    let _turn = WORKERS.lock().await;
+    let placed = Placed::new("node-silent", 2, 0).await;
+    let lost = placed.lost.clone();
     let start = Instant::now();
-    let restart = Restart(lost.clone());
-    docker_exec(&lost, &["systemctl", "stop", "kubelet"]).await;
-    let config = watcher::Config::default().labels("dijob-name=far");
-    let replaced =
-        until_watched(s.pods.clone(), config, (), LOSS, "both collectors running on the other worker", |all| {
-            let again = |name: &str| {
-                all.iter().any(|p| {
-                    p.name_any() == name
-                        && p.uid().as_ref() != Some(&before[name].0)
-                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(kept.as_str())
-                        && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
-                })
-            };
-            (again("far-collector-0") && again("far-collector-1")).then(|| start.elapsed())
-        })
-        .await;
-    println!("collectors running again on {kept} {:.0} s after {lost}'s kubelet stopped", replaced.as_secs_f64());
-
-    let nodes: Api<Node> = Api::all(client.clone());
+    let restart = Undo(["exec", &lost, "systemctl", "start", "kubelet"].map(String::from).to_vec());
+    docker(&["exec", &lost, "systemctl", "stop", "kubelet"]).await;
+    let took = placed.until_replaced(start).await;
+    println!("collectors running again on {} {:.0} s after {lost}'s kubelet stopped", placed.kept, took.as_secs_f64());
+    let nodes: Api<Node> = Api::all(placed.s.cluster.client.clone());
     assert_eq!(ready(nodes.get(&lost).await.ok().as_ref()).as_deref(), Some("Unknown"), "the node went silent");
-    let job = s.jobs.get("far").await.unwrap();
-    let status = job.status.clone().unwrap();
-    assert_eq!(status.phase, Some(Phase::Running), "{status:?}");
-    assert_eq!(status.restarts.unwrap_or(0), 0, "a lost node's collectors are no restarts: {status:?}");
-    let coordinator = s.pods.get("far-coordinator").await.unwrap();
-    assert_eq!(coordinator.uid().unwrap(), before["far-coordinator"].0, "the coordinator ran on");
-
-    // The kubelet returns: the node is Ready again (and stops what it still ran of the old pods).
+    placed.ran_on().await;
     drop(restart);
-    let back = |n: Option<&Node>| ready(n).as_deref() == Some("True");
-    within(LOSS, "the node Ready again", await_condition(nodes, &lost, back)).await.unwrap();
-    for node in [&lost, &kept] {
-        label(&client, node, serde_json::Value::Null).await;
+    placed.returned().await;
+}
+
+#[tokio::test]
+#[ignore = "kind tier: run with `make e2e`"]
+async fn a_spot_reclaim_takes_a_worker_and_its_collectors_and_learner_run_again_on_another() {
+    if !real_nodes() {
+        not_applicable("stops a real node (kind tier only)");
+        return;
     }
-    let running =
-        |j: Option<&DIJob>| j.and_then(|j| j.status.as_ref()).is_some_and(|st| st.phase == Some(Phase::Running));
-    within(Duration::from_secs(10), "the job still running", await_condition(s.jobs.clone(), "far", running))
-        .await
-        .unwrap();
+    let _turn = WORKERS.lock().await;
+    let placed = Placed::new("node-reclaimed", 2, 1).await;
+    let lost = placed.lost.clone();
+    let start = Instant::now();
+    // The machine is gone at once, and the cloud's controller deletes its Node.
+    let started = Undo(vec!["start".into(), lost.clone()]);
+    docker(&["kill", &lost]).await;
+    let nodes: Api<Node> = Api::all(placed.s.cluster.client.clone());
+    nodes.delete(&lost, &Default::default()).await.unwrap();
+    let took = placed.until_replaced(start).await;
+    println!(
+        "collectors and learner running again on {} {:.0} s after {lost} was reclaimed",
+        placed.kept,
+        took.as_secs_f64()
+    );
+    placed.ran_on().await;
+    // The machine comes back and registers again.
+    drop(started);
+    placed.returned().await;
 }
