@@ -13,7 +13,7 @@ kind_bin=${2:?usage: setup.sh KUBECTL KIND}
 "$kubectl" apply --server-side -f "$REPO_ROOT/kind/pod-network/rbac.yaml" >/dev/null
 token=""
 for _ in $(seq 120); do
-  token=$("$kubectl" -n kube-system get secret di-pod-network -o jsonpath='{.data.token}' 2>/dev/null | base64 -d)
+  token=$("$kubectl" -n kube-system get secret di-pod-network -o jsonpath='{.data.token}' 2>/dev/null | base64 -d || true)
   [[ -n $token ]] && break
   sleep 0.5
 done
@@ -48,9 +48,10 @@ done
 # its own name from /etc/hosts; the workers' kube-proxy is given its address instead (one the API
 # server's certificate names).
 control_plane=$("$kubectl" get nodes -l node-role.kubernetes.io/control-plane -o jsonpath='{.items[0].metadata.name} {.items[0].status.addresses[?(@.type=="InternalIP")].address}')
-read -r name address <<<"$control_plane"
+read -r _ address <<<"$control_plane"
 proxy=$("$kubectl" -n kube-system get configmap kube-proxy -o json)
-wanted=$(jq --arg from "https://$name:" --arg to "https://$address:" '.data["kubeconfig.conf"] |= sub($from; $to)' <<<"$proxy")
+# Whatever host it names (kind's name, or an address an earlier run wrote), the current address.
+wanted=$(jq --arg to "https://$address:" '.data["kubeconfig.conf"] |= sub("https://[^:/]+:"; $to)' <<<"$proxy")
 if [[ $wanted != "$proxy" ]]; then
   "$kubectl" replace -f - <<<"$wanted" >/dev/null
   "$kubectl" -n kube-system rollout restart daemonset kube-proxy >/dev/null

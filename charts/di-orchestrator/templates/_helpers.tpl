@@ -128,11 +128,6 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# A node, read when a collector is stuck terminating on it: a node gone or no longer reporting
-# lets the collector go at once, so its replacement can take its name.
-- apiGroups: [""]
-  resources: ["nodes"]
-  verbs: ["get"]
 # Gangs' PodGroups, of whichever scheduler --gang-scheduler names: applied (server-side) before
 # their pods, deleted with a logic learner scaled away; the rest go with their job.
 - apiGroups: ["scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"]

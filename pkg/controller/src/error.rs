@@ -22,8 +22,6 @@ pub enum Error {
     Delete { kind: String, name: String, source: kube::Error },
     #[error("counting the replacement of {service} on its Service: {source}")]
     MarkRestart { service: String, source: kube::Error },
-    #[error("reading node {node}, where a collector is stuck terminating: {source}")]
-    ReadNode { node: String, source: kube::Error },
     #[error("deleting the job after ttlSecondsAfterFinished: {source}")]
     DeleteJob { source: kube::Error },
     #[error("reporting the job to Kueue on its Workload {name}: {source}")]
@@ -46,7 +44,6 @@ impl Error {
             Error::Create { kind, .. } => format!("Create{kind}"),
             Error::Delete { kind, .. } => format!("Delete{kind}"),
             Error::MarkRestart { .. } => "MarkRestart".into(),
-            Error::ReadNode { .. } => "ReadNode".into(),
             Error::DeleteJob { .. } => "DeleteJob".into(),
             Error::WriteWorkload { .. } => "WriteWorkload".into(),
             Error::Build(_) => "BuildObjects".into(),
@@ -63,7 +60,6 @@ impl Error {
             | Error::Create { source, .. }
             | Error::Delete { source, .. }
             | Error::MarkRestart { source, .. }
-            | Error::ReadNode { source, .. }
             | Error::DeleteJob { source }
             | Error::WriteWorkload { source, .. } => Some(source),
             Error::Build(_) | Error::NameTaken { .. } | Error::StaleJob => None,

@@ -6,14 +6,23 @@ use di_client::is_status;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Preconditions};
+use tracing::warn;
 
 use crate::context::Context;
 use crate::error::Error;
 
-/// Whether the pod `name` (this `uid`) on `node` was released.
+/// Whether the pod `name` (this `uid`) on `node` was released. A node that cannot be read is
+/// taken as not lost, and said in the log: the pass goes on with its other steps (the creates of
+/// the job's other pods among them), and the next looks again.
 pub(crate) async fn release(ctx: &Context, pods: &Api<Pod>, name: &str, uid: &str, node: &str) -> Result<bool, Error> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let found = nodes.get_opt(node).await.map_err(|source| Error::ReadNode { node: node.to_owned(), source })?;
+    let found = match nodes.get_opt(node).await {
+        Ok(found) => found,
+        Err(error) => {
+            warn!(pod = name, node, %error, "reading the node of a collector stuck terminating");
+            return Ok(false);
+        }
+    };
     if !di_core::stranded::node_lost(found.as_ref()) {
         return Ok(false);
     }

@@ -67,7 +67,8 @@ pub struct ConditionView {
     #[serde(rename = "type")]
     pub type_: String,
     pub status: String,
-    /// Kept only for a pod the scheduler cannot place: why, for the job's status.
+    /// Kept for a pod the scheduler cannot place (why, for the job's status), and DisruptionTarget's
+    /// reason (what ended the pod, for its event); the message only for the former.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -183,6 +184,9 @@ impl PodView {
             });
             for condition in status.conditions.iter_mut().filter(|c| c.type_ == "Ready") {
                 (condition.reason, condition.message) = (None, None);
+            }
+            for condition in status.conditions.iter_mut().filter(|c| c.type_ == DISRUPTION_TARGET) {
+                condition.message = None;
             }
         }
     }

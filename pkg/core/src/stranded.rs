@@ -44,12 +44,12 @@ const MARGIN: Duration = Duration::from_secs(5);
 /// How often a stranded collector's node is asked about again while the node still answers.
 const RECHECK: Duration = Duration::from_secs(15);
 
-/// Gives a collector's pod spec its short tolerations of a lost node, for each taint the spec
-/// does not tolerate already.
+/// Gives a collector's pod spec its short tolerations of a lost node, for each taint whose
+/// eviction the spec does not tolerate already (its own, of the key or of every key, wins).
 pub fn tolerate(spec: &mut PodSpec) {
     let tolerations = spec.tolerations.get_or_insert_default();
     for key in NODE_LOST_TAINTS {
-        if tolerations.iter().any(|t| t.key.as_deref() == Some(key)) {
+        if tolerations.iter().any(|t| tolerates_eviction(t, key)) {
             continue;
         }
         tolerations.push(Toleration {
@@ -60,6 +60,16 @@ pub fn tolerate(spec: &mut PodSpec) {
             ..Default::default()
         });
     }
+}
+
+/// Whether `toleration` tolerates the NoExecute taint `key` (of any value), as the taint manager
+/// reads it: a NoSchedule-only toleration does not keep a pod on a node that stopped answering.
+fn tolerates_eviction(toleration: &Toleration, key: &str) -> bool {
+    let keys = match toleration.key.as_deref().unwrap_or_default() {
+        "" => toleration.operator.as_deref() == Some("Exists"),
+        own => own == key,
+    };
+    keys && matches!(toleration.effect.as_deref().unwrap_or_default(), "" | "NoExecute")
 }
 
 /// Whether `pod` is one of the job's collectors: a role job's collector, or a pod of a task job's

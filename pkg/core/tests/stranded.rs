@@ -63,6 +63,22 @@ fn collectors_leave_a_lost_node_within_a_minute_and_the_core_keeps_the_default()
     let collector = pods.iter().find(|p| p.name_any() == "job-collector-0").unwrap();
     let seconds: Vec<_> = lost_node_tolerations(collector).iter().map(|t| t.toleration_seconds).collect();
     assert_eq!(seconds, [Some(600), Some(TOLERATION_SECONDS)]);
+
+    // A template that tolerates every taint keeps its pods on a silent node: nothing is added.
+    // One that only keeps new pods off (NoSchedule) still gets both.
+    for (own, added) in [
+        (json!({"operator": "Exists"}), 0),
+        (json!({"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoSchedule"}), 2),
+    ] {
+        let template = json!({"template": {"spec": {"containers": [{"name": "di-container", "image": "ding"}], "tolerations": [own]}}});
+        let (pods, _) = world_of(&job(1, 0, json!({"collector": template})), |_| Some("Pending"));
+        let collector = pods.iter().find(|p| p.name_any() == "job-collector-0").unwrap();
+        let ours = lost_node_tolerations(collector)
+            .iter()
+            .filter(|t| t.toleration_seconds == Some(TOLERATION_SECONDS))
+            .count();
+        assert_eq!(ours, added, "{own}");
+    }
 }
 
 #[test]

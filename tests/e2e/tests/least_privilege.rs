@@ -55,6 +55,9 @@ async fn the_orchestrator_reads_only_its_own_secret_and_what_its_passes_need() {
     assert!(may(&reviews, "watch", "namespaces", "", "").await);
     // A create answered 409 reads whose the object there is.
     assert!(may(&reviews, "get", "services", "team-a", "job-collector-0").await);
+    // The node of a collector stuck terminating, read to know whether it is lost.
+    assert!(may(&reviews, "get", "nodes", "", "worker-1").await, "a stranded collector's node");
+    assert!(!may(&reviews, "list", "nodes", "", "").await, "no node listed");
     // A finished job's core budget is read for its owner, then deleted.
     for verb in ["create", "patch", "get", "delete"] {
         assert!(may(&reviews, verb, "poddisruptionbudgets.policy", "team-a", "job-core").await, "{verb} a core budget");

@@ -218,6 +218,9 @@ async fn flavor_node(client: &Client, value: &str) -> String {
     name
 }
 
+/// On kind the flavor scenarios label the same workers: they take turns.
+static FLAVOR_NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Sets (or, given null, removes) [`FLAVOR_LABEL`] on node `name`.
 async fn label_node(client: &Client, name: &str, value: serde_json::Value) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -229,6 +232,7 @@ async fn label_node(client: &Client, name: &str, value: serde_json::Value) {
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let _turn = FLAVOR_NODES.lock().await;
     let s = Box::pin(Scenario::on(cluster, "flavors", &[])).await;
     // The flavor's node: the only one its labels select.
     let node = flavor_node(&s.cluster.client, &s.ns).await;
@@ -261,6 +265,7 @@ const RACK_LABEL: &str = "di-e2e/rack";
 #[ignore = "control-plane tier: run with `make e2e-local`"]
 async fn a_topology_assignment_places_the_pods_in_their_domains() {
     let Some((kueue, cluster)) = kueue::with_kueue(Share::Beside).await else { return };
+    let _turn = FLAVOR_NODES.lock().await;
     let s = Box::pin(Scenario::on(cluster, "topology", &[])).await;
     let client = s.cluster.client.clone();
     // Two racks of one node each: simulated nodes, or kind's two workers.
