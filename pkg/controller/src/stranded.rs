@@ -23,7 +23,7 @@ pub(crate) async fn release(ctx: &Context, pods: &Api<Pod>, name: &str, uid: &st
             return Ok(false);
         }
     };
-    if !di_core::stranded::node_lost(found.as_ref()) {
+    if !di_core::node_loss::node_lost(found.as_ref()) {
         return Ok(false);
     }
     let params = DeleteParams {

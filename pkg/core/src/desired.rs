@@ -258,7 +258,7 @@ impl<'a> Builder<'a> {
         pod_labels.extend(labels.clone());
         let mut spec = pod_spec(self.spec, template);
         if role == Role::Collector {
-            crate::stranded::tolerate(&mut spec);
+            crate::node_loss::tolerate(&mut spec);
         }
         // Templates are defaulted, so the main container has its di-port; an undefaulted one
         // (no webhook installed) gets it here.

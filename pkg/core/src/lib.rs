@@ -10,6 +10,7 @@ pub mod desired;
 pub mod disruption;
 mod gangs;
 pub mod lost;
+pub mod node_loss;
 pub mod plan;
 pub mod queue;
 pub mod reasons;

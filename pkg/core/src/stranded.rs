@@ -5,7 +5,7 @@
 //! its replacement needs, stays taken. A job would wait for the node, however long it is away.
 //!
 //! Collectors are disposable by design, so:
-//! - they tolerate those taints for [`TOLERATION_SECONDS`] only (a template's own tolerations of
+//! - they tolerate those taints for [`TOLERATION_SECONDS`](crate::node_loss::TOLERATION_SECONDS) only (a template's own tolerations of
 //!   either key win), so they are let go within a minute of their node's loss;
 //! - once such a collector's grace period is over and its node is gone or has stopped reporting
 //!   (condition Ready `Unknown`), it is deleted at once (grace 0, this UID), and its replacement
@@ -25,17 +25,11 @@ use di_api::contract::Role;
 use di_api::pod::role_of;
 use di_api::task::TaskType;
 use di_api::tasks::{self, TASK_LABEL};
-use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::decision::{Action, World};
 use crate::status::is_terminating;
-
-/// How long a collector stays on a node that has stopped answering (Kubernetes' default: 300 s).
-pub const TOLERATION_SECONDS: i64 = 30;
-
-/// The taints a node gets when it stops answering (`unreachable`) or reports it is not ready.
-pub const NODE_LOST_TAINTS: [&str; 2] = ["node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"];
 
 /// How long past its grace period a collector is left to its kubelet before its node is asked
 /// about: a kubelet that answers confirms within moments.
@@ -43,34 +37,6 @@ const MARGIN: Duration = Duration::from_secs(5);
 
 /// How often a stranded collector's node is asked about again while the node still answers.
 const RECHECK: Duration = Duration::from_secs(15);
-
-/// Gives a collector's pod spec its short tolerations of a lost node, for each taint whose
-/// eviction the spec does not tolerate already (its own, of the key or of every key, wins).
-pub fn tolerate(spec: &mut PodSpec) {
-    let tolerations = spec.tolerations.get_or_insert_default();
-    for key in NODE_LOST_TAINTS {
-        if tolerations.iter().any(|t| tolerates_eviction(t, key)) {
-            continue;
-        }
-        tolerations.push(Toleration {
-            key: Some(key.to_owned()),
-            operator: Some("Exists".into()),
-            effect: Some("NoExecute".into()),
-            toleration_seconds: Some(TOLERATION_SECONDS),
-            ..Default::default()
-        });
-    }
-}
-
-/// Whether `toleration` tolerates the NoExecute taint `key` (of any value), as the taint manager
-/// reads it: a NoSchedule-only toleration does not keep a pod on a node that stopped answering.
-fn tolerates_eviction(toleration: &Toleration, key: &str) -> bool {
-    let keys = match toleration.key.as_deref().unwrap_or_default() {
-        "" => toleration.operator.as_deref() == Some("Exists"),
-        own => own == key,
-    };
-    keys && matches!(toleration.effect.as_deref().unwrap_or_default(), "" | "NoExecute")
-}
 
 /// Whether `pod` is one of the job's collectors: a role job's collector, or a pod of a task job's
 /// collector task.
@@ -101,13 +67,4 @@ pub fn release(job: &DIJob, world: &World) -> (Vec<Action>, Option<Duration>) {
         at(RECHECK);
     }
     (actions, again)
-}
-
-/// Whether a pod's node is lost: gone, or no longer reporting (its Ready condition `Unknown`,
-/// which the node controller sets when the kubelet's heartbeats stop). A node that reports
-/// NotReady still has a kubelet that answers, and stops its pods itself.
-pub fn node_lost(node: Option<&Node>) -> bool {
-    let Some(node) = node else { return true };
-    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
-    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "Unknown")
 }

@@ -61,7 +61,7 @@ pub fn task_objects(job: &DIJob, settings: &Settings) -> Result<TaskObjects, Bui
 
         let mut spec = pod_spec(&job.spec, template);
         if task.type_ == TaskType::Collector {
-            crate::stranded::tolerate(&mut spec);
+            crate::node_loss::tolerate(&mut spec);
         }
         spec.hostname = Some(member.pod.clone());
         spec.subdomain = Some(subdomain.clone());
