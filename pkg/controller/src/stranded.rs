@@ -2,10 +2,8 @@
 //! once when its node is lost (gone, or no longer reporting), so its replacement can take its
 //! name; while its node still answers, its kubelet is left to stop it.
 
-use di_client::is_status;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, Preconditions};
 use tracing::warn;
 
 use crate::context::Context;
@@ -26,15 +24,5 @@ pub(crate) async fn release(ctx: &Context, pods: &Api<Pod>, name: &str, uid: &st
     if !di_core::node_loss::node_lost(found.as_ref()) {
         return Ok(false);
     }
-    let params = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions { uid: Some(uid.to_owned()), ..Default::default() }),
-        ..Default::default()
-    };
-    match pods.delete(name, &params).await {
-        Ok(_) => Ok(true),
-        // Gone already, or another pod of that name: nothing of this one is left to release.
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(false),
-        Err(source) => Err(Error::Delete { kind: "Pod".into(), name: name.to_owned(), source }),
-    }
+    crate::writes::delete_now(pods, name, uid).await
 }

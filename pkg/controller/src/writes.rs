@@ -54,9 +54,29 @@ pub(crate) async fn delete<K>(api: &Api<K>, name: &str, uid: Option<&str>) -> Re
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    send_delete(api, name, uid, None).await
+}
+
+/// As [`delete`], but at once (grace period 0), for a pod whose kubelet can no longer stop it:
+/// its name is free the moment this returns.
+pub(crate) async fn delete_now<K>(api: &Api<K>, name: &str, uid: &str) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    // Never forced without the UID: a newer pod of that name must get its grace period.
+    if uid.is_empty() {
+        return Ok(false);
+    }
+    send_delete(api, name, Some(uid), Some(0)).await
+}
+
+async fn send_delete<K>(api: &Api<K>, name: &str, uid: Option<&str>, grace: Option<u32>) -> Result<bool, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
     let preconditions =
         uid.filter(|u| !u.is_empty()).map(|u| Preconditions { uid: Some(u.to_owned()), ..Default::default() });
-    let params = DeleteParams { preconditions, ..Default::default() };
+    let params = DeleteParams { preconditions, grace_period_seconds: grace, ..Default::default() };
     match api.delete(name, &params).await {
         Ok(_) => Ok(true),
         // 409: the UID precondition failed, so the object meant is gone too.

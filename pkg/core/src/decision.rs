@@ -179,6 +179,11 @@ pub fn backoff(base: Duration, restarts: u32) -> Duration {
     base.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
+/// Makes `requeue` no later than `after`: a pass looks again at the soonest of its reasons.
+pub(crate) fn sooner(requeue: &mut Option<Duration>, after: Duration) {
+    *requeue = Some(requeue.map_or(after, |r| r.min(after)));
+}
+
 impl Plan {
     /// A finished job's `ttlSecondsAfterFinished`, role job or task job alike: the job is deleted
     /// once it has passed, and looked at again when it will.
@@ -191,8 +196,7 @@ impl Plan {
         let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
         match expires.duration_since(now) {
             left if left.is_positive() => {
-                let left = left.unsigned_abs();
-                self.requeue_after = Some(self.requeue_after.map_or(left, |r| r.min(left)));
+                sooner(&mut self.requeue_after, left.unsigned_abs());
             }
             _ => self.actions.push(Action::DeleteJob),
         }

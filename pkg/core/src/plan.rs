@@ -13,7 +13,7 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 
 pub use crate::decision::{Action, Plan, Why, World, backoff};
-use crate::decision::{cleanup, delete_pod, delete_service, restart_after, restarts_of};
+use crate::decision::{cleanup, delete_pod, delete_service, restart_after, restarts_of, sooner};
 use crate::desired::{self, BuildError, Settings, identity};
 use crate::disruption::disrupted;
 use crate::restarts::Mark;
@@ -34,7 +34,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
     let mut facts = Facts { missing_aggregator_config: world.missing_aggregator_config.clone(), ..Facts::default() };
     let mut actions = vec![];
     let mut requeue: Option<Duration> = None;
-    let mut requeue_at = |d: Duration| requeue = Some(requeue.map_or(d, |r| r.min(d)));
+    let mut requeue_at = |d: Duration| sooner(&mut requeue, d);
 
     // A coordinator that has already ended decides the job even as it is suspended: its exit is
     // recorded (and the cleanup follows) before suspend could delete the pod that shows it.
@@ -198,11 +198,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_service(service));
             }
         }
-        let (released, again) = crate::stranded::release(job, world);
-        actions.extend(released);
-        if let Some(again) = again {
-            requeue_at(again);
-        }
+        crate::stranded::release(job, world, &mut actions, &mut requeue);
         gangs = desired::gang::role_gangs(job, &wanted);
         core_pods = wanted.iter().filter(|w| w.role != Role::Collector).map(|w| w.name.clone()).collect();
     }

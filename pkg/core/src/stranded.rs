@@ -28,7 +28,7 @@ use di_api::tasks::{self, TASK_LABEL};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::decision::{Action, World};
+use crate::decision::{Action, World, sooner};
 use crate::status::is_terminating;
 
 /// How long past its grace period a collector is left to its kubelet before its node is asked
@@ -50,21 +50,18 @@ pub fn is_collector(job: &DIJob, pod: &Pod) -> bool {
 
 /// What to do about the job's terminating collectors: each past its grace period (and
 /// [`MARGIN`]) is to be released if its node is lost (`Action::ReleaseStranded`, which asks the
-/// node); the others are looked at again when theirs ends. Returns the actions and when to look
-/// again.
-pub fn release(job: &DIJob, world: &World) -> (Vec<Action>, Option<Duration>) {
-    let (mut actions, mut again) = (vec![], None::<Duration>);
-    let mut at = |d: Duration| again = Some(again.map_or(d, |a| a.min(d)));
+/// node); the others are looked at again when theirs ends. Adds to a pass's `actions` and
+/// brings its `requeue` forward.
+pub(crate) fn release(job: &DIJob, world: &World, actions: &mut Vec<Action>, requeue: &mut Option<Duration>) {
     for pod in world.pods.iter().copied().filter(|p| is_terminating(p) && is_collector(job, p)) {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else { continue };
         let Some(deleted) = pod.metadata.deletion_timestamp.as_ref() else { continue };
         let left = deleted.0.duration_since(world.now).as_secs_f64() + MARGIN.as_secs_f64();
         if left > 0.0 {
-            at(Duration::from_secs_f64(left));
+            sooner(requeue, Duration::from_secs_f64(left));
             continue;
         }
         actions.push(Action::ReleaseStranded { name: pod.name_any(), uid: pod.uid().unwrap_or_default(), node });
-        at(RECHECK);
+        sooner(requeue, RECHECK);
     }
-    (actions, again)
 }

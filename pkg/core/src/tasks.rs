@@ -20,7 +20,7 @@ use k8s_openapi::jiff::SignedDuration;
 use kube::ResourceExt;
 
 use crate::decision::{
-    Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of,
+    Action, Plan, Why, World, backoff, cleanup, delete_pod, delete_service, restart_after, restarts_of, sooner,
 };
 use crate::desired::{self, BuildError, Settings, TaskObjects};
 use crate::disruption::disrupted;
@@ -123,11 +123,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
                 actions.push(delete_pod(pod, Why::Rebuilt));
             }
         }
-        let (released, again) = crate::stranded::release(job, world);
-        actions.extend(released);
-        if let Some(again) = again {
-            requeue = Some(requeue.map_or(again, |r| r.min(again)));
-        }
+        crate::stranded::release(job, world, &mut actions, &mut requeue);
         // Without its own Service no pod's name resolves: none starts while another holds it.
         let service_held = world.taken.get(&service_name);
         if let Some(holder) = service_held {
@@ -147,7 +143,7 @@ pub fn plan(job: &DIJob, world: &World, settings: &Settings, restart_backoff: Du
             } else if pods.contains_key(name) || blocked {
                 continue;
             } else if let Some(wait) = wait {
-                requeue = Some(requeue.map_or(wait.unsigned_abs(), |r| r.min(wait.unsigned_abs())));
+                sooner(&mut requeue, wait.unsigned_abs());
             } else {
                 actions.push(Action::CreatePod(Box::new(task_pod.pod.clone())));
             }
