@@ -34,6 +34,14 @@ pub mod kueue {
     pub const QUEUE_NAME: &str = "kueue.x-k8s.io/queue-name";
     /// The job's condition that is True while its queue holds it, False once admitted.
     pub const QUEUED: &str = "Queued";
+    /// `spec.managedBy` of a job Kueue's MultiKueue runs on a worker cluster.
+    pub const MULTIKUEUE: &str = "kueue.x-k8s.io/multikueue";
+    /// `spec.managedBy` of a job this cluster's orchestrator runs (as unset).
+    pub const ORCHESTRATOR: &str = "diengine.opendilab.org/di-orchestrator";
+    /// Annotation MultiKueue puts on a job it copies to a worker: the Workload it made there.
+    pub const PREBUILT_WORKLOAD: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+    /// Label MultiKueue puts on what it makes on a worker: the manager's origin name.
+    pub const MULTIKUEUE_ORIGIN: &str = "kueue.x-k8s.io/multikueue-origin";
 }
 
 pub mod labels {

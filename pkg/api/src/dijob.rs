@@ -185,6 +185,14 @@ pub struct DIJobSpec {
     // Described by `JobRestartPolicy`'s doc, as `priority` is by its type's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<JobRestartPolicy>,
+
+    /// Who runs the job: unset or `diengine.opendilab.org/di-orchestrator`, this cluster's
+    /// orchestrator; `kueue.x-k8s.io/multikueue`, Kueue's MultiKueue, which copies the job to a
+    /// worker cluster with room and its status back here (the job needs a queue whose
+    /// ClusterQueue has a MultiKueue admission check; its spec is fixed here once it exists, and
+    /// it is scaled on the worker). Fixed once the job exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
 }
 
 /// The coordinator role.
@@ -343,6 +351,18 @@ impl DIJob {
     /// The Kueue LocalQueue the job is submitted to: its label, where not empty.
     pub fn queue_name(&self) -> Option<&str> {
         self.labels().get(crate::contract::kueue::QUEUE_NAME).map(String::as_str).filter(|q| !q.is_empty())
+    }
+
+    /// Whether Kueue's MultiKueue runs the job on a worker cluster (`spec.managedBy`): here it has
+    /// its Workload and nothing else, and its status is the worker's copy.
+    pub fn dispatched(&self) -> bool {
+        self.spec.managed_by.as_deref() == Some(crate::contract::kueue::MULTIKUEUE)
+    }
+
+    /// The Workload MultiKueue made for this copy of a dispatched job on a worker cluster, which
+    /// the job adopts instead of making its own.
+    pub fn prebuilt_workload(&self) -> Option<&str> {
+        self.annotations().get(crate::contract::kueue::PREBUILT_WORKLOAD).map(String::as_str).filter(|w| !w.is_empty())
     }
 
     /// How many collectors the job may run: `spec.collector.replicas`, or in a Kueue queue with

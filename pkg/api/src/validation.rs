@@ -15,6 +15,7 @@ use crate::defaults::{CleanPodPolicy, default_dijob};
 use crate::dijob::DIJob;
 
 mod collectors;
+mod multikueue;
 mod naming;
 mod pod;
 mod tasks;
@@ -95,6 +96,7 @@ pub fn validate_dijob(job: &DIJob) -> Result<(), ValidationErrors> {
     } else {
         check_roles(spec, &job_volumes, &mut errs);
     }
+    multikueue::check(job, &mut errs);
     for (path, value) in
         [("spec.restartLimit", spec.restart_limit), ("spec.ttlSecondsAfterFinished", spec.ttl_seconds_after_finished)]
     {
@@ -204,6 +206,7 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
         );
     }
     check_queue_update(&old, &new, &mut errs);
+    multikueue::check_update(&old, &new, &mut errs);
     collectors::check_update(o, n, RECREATE, &mut errs);
     if o.volumes != n.volumes {
         errs.add("spec.volumes", format!("Forbidden: volumes are immutable, running pods mount them; {RECREATE}"));
@@ -261,6 +264,10 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
 pub fn validate_dijob_metadata_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationErrors> {
     let mut errs = Errors(vec![]);
     check_queue_update(old, new, &mut errs);
+    if new.dispatched() {
+        // Its queue label, which a dispatched job may not lose.
+        multikueue::check(new, &mut errs);
+    }
     errs.into_result()
 }
 

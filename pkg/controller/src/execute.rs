@@ -162,6 +162,9 @@ async fn carry_out(ctx: &Arc<Context>, job: &DIJob, actions: &[&Action], stop: &
             Action::DeleteWorkload { name, uid, resource_version } => {
                 crate::workloads::delete(ctx, job, name, uid, resource_version).await?
             }
+            Action::AdoptWorkload { name, resource_version, owner } => {
+                crate::workloads::adopt(ctx, job, name, resource_version, owner).await?
+            }
             Action::SetWorkloadActive { name, resource_version, active } => {
                 let spec = serde_json::json!({"active": active});
                 crate::workloads::patch_spec(ctx, job, name, resource_version, spec).await?

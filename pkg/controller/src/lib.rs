@@ -20,6 +20,7 @@ pub mod later;
 pub mod leader;
 pub mod metrics;
 mod milestones;
+mod multikueue;
 mod order;
 pub mod owner;
 pub mod pace;

@@ -68,13 +68,20 @@ async fn pass(view: Arc<JobView>, ctx: &Arc<Context>) -> Result<Requeue, Error> 
         // created would be refused.
         return Ok(Requeue::await_change());
     }
+    // On the heap: a job is kilobytes, and a hundred passes at once would each hold one inline.
+    let parsed = view.to_job().map(Box::new);
+    // Its status is the worker's, which MultiKueue writes here: not another controller's job.
+    if let Ok(job) = &parsed
+        && job.dispatched()
+    {
+        return Box::pin(crate::multikueue::pass(ctx, job)).await;
+    }
     if let Some(why) = view.left_alone() {
         leave_alone(ctx, &view, &why);
         return Ok(Requeue::await_change());
     }
-    // On the heap: a job is kilobytes, and a hundred passes at once would each hold one inline.
-    let mut job = match view.to_job() {
-        Ok(job) => Box::new(job),
+    let mut job = match parsed {
+        Ok(job) => job,
         Err(e) => {
             // Only a spec the API server's schema let through but the types cannot read.
             let job =
@@ -210,7 +217,7 @@ fn leave_alone(ctx: &Arc<Context>, view: &JobView, why: &str) {
 }
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
-fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
+pub(crate) fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
     if !di_api::resources::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
         return (None, None);
     }
@@ -227,7 +234,7 @@ fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, O
 
 /// What the caches hold of a job: its own pods and Services (restart marks not yet seen laid
 /// over), and the names of those its label names but another UID controls.
-struct Members {
+pub(crate) struct Members {
     pods: Vec<Pod>,
     services: Vec<Service>,
     taken: BTreeMap<String, String>,
@@ -235,7 +242,7 @@ struct Members {
 
 impl Members {
     /// The members as a pass sees them now, before its AggregatorConfig is looked up.
-    fn world(&self) -> World<'_> {
+    pub(crate) fn world(&self) -> World<'_> {
         World {
             pods: self.pods.iter().collect(),
             services: self.services.iter().collect(),
@@ -248,7 +255,7 @@ impl Members {
     }
 }
 
-fn members(ctx: &Context, job: &DIJob) -> Members {
+pub(crate) fn members(ctx: &Context, job: &DIJob) -> Members {
     let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
     let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
     let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);

@@ -115,10 +115,15 @@ fn cluster_cache(
     (store, watch)
 }
 
-/// The job a Workload belongs to: its controller reference's, in its namespace.
+/// The job a Workload belongs to: its controller reference's, in its namespace; for one
+/// MultiKueue made on this worker before the job's copy adopted it, the job its labels name.
 pub fn job_of(workload: DynamicObject) -> Option<ObjectRef<JobView>> {
-    let owner = workload.owner_references().iter().find(|o| o.controller == Some(true) && o.kind == "DIJob")?.clone();
-    Some(ObjectRef::new(&owner.name).within(&workload.namespace()?))
+    let owner = workload.owner_references().iter().find(|o| o.controller == Some(true)).cloned();
+    let name = match owner {
+        Some(owner) => (owner.kind == "DIJob").then_some(owner.name)?,
+        None => workload.labels().get(di_api::contract::labels::JOB_NAME)?.clone(),
+    };
+    Some(ObjectRef::new(&name).within(&workload.namespace()?))
 }
 
 /// What a pass knows of `job`'s queue: `None` for a job in none that has no Workload left from
@@ -132,7 +137,11 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
     let workload = kueue
         .workloads
         .get(&ObjectRef::new_with(&name, queue::workload_kind()).within(&namespace))
-        .filter(|w| w.owner_references().iter().any(|o| o.controller == Some(true) && o.uid == uid))
+        .filter(|w| {
+            let controllers = || w.owner_references().iter().filter(|o| o.controller == Some(true));
+            // Or the one MultiKueue made for this copy of a dispatched job, not adopted yet.
+            controllers().any(|o| o.uid == uid) || (job.prebuilt_workload().is_some() && controllers().next().is_none())
+        })
         .map(|w| serde_json::to_value(&*w).unwrap_or_default());
     let collectors = collector_workloads(kueue, job, &namespace, &uid);
     if !queued {
@@ -206,6 +215,30 @@ pub async fn delete(ctx: &Arc<Context>, job: &DIJob, name: &str, uid: &str, vers
         Ok(_) => Ok(()),
         Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
         Err(source) => Err(Error::Delete { kind: "Workload".into(), name: name.to_owned(), source }),
+    }
+}
+
+/// Takes the Workload MultiKueue made for this copy of a dispatched job as the job's own, at the
+/// resourceVersion read (one changed since is left to the next pass).
+pub async fn adopt(
+    ctx: &Arc<Context>,
+    job: &DIJob,
+    name: &str,
+    version: &str,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> Result<(), Error> {
+    let api = api(ctx, &job.namespace().unwrap_or_default());
+    let uid = job.uid().unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": version, "ownerReferences": [owner], "labels": {queue::JOB_UID_LABEL: uid},
+    }});
+    match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {
+            info!(job = %job.name_any(), workload = name, "adopted the Workload MultiKueue made for the job");
+            Ok(())
+        }
+        Err(e) if is_status(&e, 409) || is_status(&e, 404) => Ok(()),
+        Err(source) => Err(Error::WriteWorkload { name: name.to_owned(), source }),
     }
 }
 

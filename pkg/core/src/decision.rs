@@ -114,6 +114,13 @@ pub enum Action {
     /// stored one at its resourceVersion (a newer write by Kueue wins, and the next pass reports
     /// again).
     WriteWorkloadStatus(Box<serde_json::Value>),
+    /// The Workload MultiKueue made for this copy of a dispatched job, taken as the job's own:
+    /// its controller reference and Kueue's job-UID label set, at the resourceVersion read.
+    AdoptWorkload {
+        name: String,
+        resource_version: String,
+        owner: Box<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    },
     /// A waiting job's Workload made for another size than it asks now; the next pass makes it
     /// anew.
     DeleteWorkload {

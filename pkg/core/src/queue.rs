@@ -21,6 +21,7 @@ use crate::desired::{BuildError, Settings};
 
 mod admitted;
 pub mod collectors;
+pub mod multikueue;
 mod report;
 pub mod topology;
 mod workload;
@@ -30,7 +31,7 @@ pub use admitted::Room;
 use admitted::{beyond_admission, reclaimable_pods, rooms, without_room};
 pub use report::{Report, report};
 use workload::{API_VERSION, place, pod_sets, wanted_pods};
-pub use workload::{workload, workload_name};
+pub use workload::{JOB_UID_LABEL, workload, workload_name};
 
 /// The label that puts a job in a Kueue LocalQueue of its namespace.
 pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
@@ -259,7 +260,10 @@ pub fn attach(
         if finished.is_some() {
             return Ok(held);
         }
-        if let Some(config) = &world.missing_aggregator_config {
+        if let Some(prebuilt) = job.prebuilt_workload() {
+            // MultiKueue makes it before the job; one gone is MultiKueue taking the job back.
+            say(plan, true, "Pending", &format!("the job waits for the Workload MultiKueue made for it, {prebuilt}"));
+        } else if let Some(config) = &world.missing_aggregator_config {
             // Its learners cannot be built yet: a Workload without them would be admitted short.
             say(
                 plan,
@@ -280,6 +284,7 @@ pub fn attach(
         }
         return Ok(held);
     };
+    plan.actions.extend(multikueue::adopt(job, workload, settings)?);
     let (mut reclaimable, mut held_back) = (None, 0);
     match standing(name, queue) {
         Standing::Admitted { .. } => {
@@ -303,8 +308,10 @@ pub fn attach(
         }
         // Not admitted and no quota reserved: a Workload made for another size (the job was
         // scaled while it waited) or another queue (its label changed) goes, and the next pass
-        // makes it anew.
-        Standing::Held { .. } if !is_true(workload, "QuotaReserved") && finished.is_none() => {
+        // makes it anew; but not one MultiKueue made, which the job keeps while it runs here.
+        Standing::Held { .. }
+            if !is_true(workload, "QuotaReserved") && finished.is_none() && job.prebuilt_workload().is_none() =>
+        {
             let asked: Vec<(String, u64)> = sets.iter().map(|s| (s.name.clone(), s.members.len() as u64)).collect();
             let made: Vec<(String, u64)> = workload["spec"]["podSets"]
                 .as_array()

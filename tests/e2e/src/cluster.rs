@@ -44,6 +44,11 @@ impl TestCluster {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("e2e-{hint}-{}-{n}", std::process::id());
+        self.namespace_named(name).await
+    }
+
+    /// Namespace `name`, made now (the same name on several clusters).
+    pub async fn namespace_named(&self, name: String) -> String {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let ns =
             Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() }, ..Default::default() };

@@ -49,11 +49,13 @@ pub struct Options {
     /// Kubernetes 1.37's workload API (`GenericWorkload`: PodGroups, gang scheduling); off for a
     /// release that has no such gate.
     pub workload_api: bool,
+    /// One of several planes a test runs at once: its folder is `runs/<our pid>/<name>`.
+    pub name: Option<&'static str>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { etcd_delay: None, scheduler: true, workload_api: true }
+        Options { etcd_delay: None, scheduler: true, workload_api: true, name: None }
     }
 }
 
@@ -85,8 +87,12 @@ impl ControlPlane {
             true => format!("{CONTROLLERS},{WORKLOAD_CONTROLLERS}"),
             false => CONTROLLERS.to_string(),
         };
-        reap_stale(runs);
-        let dir = runs.join(std::process::id().to_string());
+        // One of a set keeps the others this process started (its own folder is removed below).
+        reap_stale(runs, options.name.is_some());
+        let mut dir = runs.join(std::process::id().to_string());
+        if let Some(name) = options.name {
+            dir = dir.join(name);
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
@@ -326,12 +332,14 @@ pub async fn admin_client(kubeconfig: &Path) -> anyhow::Result<Client> {
     Ok(di_controller::client::keeping_every_connection(&config)?)
 }
 
-/// Kills what a harness that died without cleaning up left behind, and removes its folder.
-pub fn reap_stale(runs: &Path) {
+/// Kills what a harness that died without cleaning up left behind, and removes its folder; and
+/// what this process left from an earlier plane, unless `keep_own`.
+pub fn reap_stale(runs: &Path, keep_own: bool) {
     let Ok(entries) = std::fs::read_dir(runs) else { return };
     for entry in entries.flatten() {
         let owner = entry.file_name().to_string_lossy().into_owned();
-        let owner_alive = Path::new("/proc").join(&owner).exists() && owner != std::process::id().to_string();
+        let own = owner == std::process::id().to_string();
+        let owner_alive = Path::new("/proc").join(&owner).exists() && (!own || keep_own);
         if !owner_alive {
             kill_processes_of(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());

@@ -123,6 +123,16 @@ pub async fn start(
     binary: &Path,
     module: &Path,
 ) -> anyhow::Result<()> {
+    start_configured(plane, cluster, (binary, module), json!({})).await
+}
+
+/// As [`start`], with `extra` (top-level fields: `multiKueue`, ...) added to its configuration.
+pub async fn start_configured(
+    plane: &mut ControlPlane,
+    cluster: &TestCluster,
+    (binary, module): (&Path, &Path),
+    extra: serde_json::Value,
+) -> anyhow::Result<()> {
     let bases = module.join("config/components/crd/bases");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&bases)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>()?;
     files.sort();
@@ -148,7 +158,7 @@ pub async fn start(
         }
     }
     let probe = free_port()?;
-    let config = json!({
+    let mut config = json!({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": "kueue-system",
@@ -162,6 +172,7 @@ pub async fn start(
         // Its on-demand visibility API wants certificates of its own under /visibility.
         "featureGates": {"VisibilityOnDemand": false},
     });
+    crate::scenario::merge(&mut config, extra);
     let path = plane.dir.join("kueue.yaml");
     std::fs::write(&path, serde_yaml::to_string(&config)?)?;
     let args = [
@@ -193,6 +204,7 @@ fn write_certificate(dir: &Path) -> anyhow::Result<()> {
 }
 
 pub mod jobs;
+pub mod multikueue;
 mod queue;
 mod turns;
 

@@ -47,6 +47,12 @@ impl Scenario {
     pub async fn on(cluster: TestCluster, hint: &str, args: &[&str]) -> Scenario {
         Box::pin(cluster.install_crds()).await;
         let ns = Box::pin(cluster.namespace(hint)).await;
+        Box::pin(Self::within(cluster, ns, args)).await
+    }
+
+    /// A scenario in namespace `ns` of `cluster`, which exists (one name on several clusters).
+    pub async fn within(cluster: TestCluster, ns: String, args: &[&str]) -> Scenario {
+        Box::pin(cluster.install_crds()).await;
         let nodes = Nodes::start(cluster.client.clone(), &ns);
         let orchestrator = Box::pin(Orchestrator::start(&cluster, &ns, args)).await;
         Scenario {

@@ -15,12 +15,16 @@ use crate::decision::Action;
 use crate::desired::{self, BuildError, Settings, job_labels};
 
 /// The label Kueue finds a Workload's job by.
-const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
+pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 pub(super) const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 
 /// The name of a job's Workload: its UID's start keeps a job submitted again under the same
-/// name from finding its predecessor's.
+/// name from finding its predecessor's. A job MultiKueue copied to this cluster has the one
+/// MultiKueue made for it.
 pub fn workload_name(job: &DIJob) -> String {
+    if let Some(prebuilt) = job.prebuilt_workload() {
+        return prebuilt.to_owned();
+    }
     let uid = job.uid().unwrap_or_default();
     format!("dijob-{}-{}", job.name_any(), uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>())
 }

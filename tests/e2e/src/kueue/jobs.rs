@@ -14,6 +14,12 @@ pub const REPLICA_CPU: &str = "50m";
 /// A role job in `queue` of a coordinator (with the sidecar's 10m beside it) and `collectors`
 /// collectors, each asking for [`REPLICA_CPU`], of PriorityClass `class` when given.
 pub async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, class: Option<&str>) {
+    let extra = class.map_or_else(|| json!({}), |class| json!({"priorityClassName": class}));
+    submit_with(s, name, queue, collectors, extra).await;
+}
+
+/// As [`submit`], with `extra` merged into the job's spec.
+pub async fn submit_with(s: &Scenario, name: &str, queue: &str, collectors: i32, extra: serde_json::Value) {
     let mut container = s.nodes.container();
     container["resources"] = json!({"requests": {"cpu": REPLICA_CPU}});
     let mut pod = s.nodes.pod_spec();
@@ -23,9 +29,7 @@ pub async fn submit(s: &Scenario, name: &str, queue: &str, collectors: i32, clas
         "metadata": {"name": name, "labels": {QUEUE_NAME: queue}},
         "spec": {"coordinator": {"template": {"spec": pod}}, "collector": {"replicas": collectors, "template": {"spec": pod}}},
     });
-    if let Some(class) = class {
-        job["spec"]["priorityClassName"] = json!(class);
-    }
+    crate::scenario::merge(&mut job["spec"], extra);
     s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
 }
 

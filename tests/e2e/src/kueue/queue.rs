@@ -36,6 +36,23 @@ impl TestQueue {
         node_labels: serde_json::Value,
         levels: &[&str],
     ) -> TestQueue {
+        Self::made(client, ns, (local, quota), node_labels, levels, None).await
+    }
+
+    /// As [`TestQueue::create`], its Workloads admitted only once AdmissionCheck `check` says so
+    /// (on a MultiKueue manager: once a worker has admitted them).
+    pub async fn checked(client: &Client, ns: &str, local: &str, quota: &[(&str, &str)], check: &str) -> TestQueue {
+        Self::made(client, ns, (local, quota), json!({}), &[], Some(check)).await
+    }
+
+    async fn made(
+        client: &Client,
+        ns: &str,
+        (local, quota): (&str, &[(&str, &str)]),
+        node_labels: serde_json::Value,
+        levels: &[&str],
+        check: Option<&str>,
+    ) -> TestQueue {
         let queue = TestQueue { client: client.clone(), name: ns.to_owned() };
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let managed = json!({"metadata": {"labels": {MANAGED_NAMESPACES.0: MANAGED_NAMESPACES.1}}});
@@ -55,7 +72,7 @@ impl TestQueue {
         }
         queue.create_object("ResourceFlavor", "resourceflavors", None, flavor).await;
         let resources: Vec<_> = quota.iter().map(|(r, q)| json!({"name": r, "nominalQuota": q})).collect();
-        let cluster_queue = json!({
+        let mut cluster_queue = json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": queue.name},
             "spec": {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
@@ -66,6 +83,9 @@ impl TestQueue {
                 }],
             },
         });
+        if let Some(check) = check {
+            cluster_queue["spec"]["admissionChecksStrategy"] = json!({"admissionChecks": [{"name": check}]});
+        }
         queue.create_object("ClusterQueue", "clusterqueues", None, cluster_queue).await;
         let local_queue = json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": local},

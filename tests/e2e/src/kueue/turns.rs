@@ -28,12 +28,12 @@ pub enum Share {
 static TURNS: RwLock<()> = RwLock::const_new(());
 
 /// A turn, held until it is dropped.
-enum Turn {
+pub(super) enum Turn {
     Beside { _guard: RwLockReadGuard<'static, ()> },
     Alone { _guard: RwLockWriteGuard<'static, ()> },
 }
 
-async fn turn(share: Share) -> Turn {
+pub(super) async fn turn(share: Share) -> Turn {
     match share {
         Share::Beside => Turn::Beside { _guard: TURNS.read().await },
         Share::Alone => Turn::Alone { _guard: TURNS.write().await },

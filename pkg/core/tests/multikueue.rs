@@ -1,0 +1,136 @@
+//! Jobs MultiKueue runs on worker clusters: on the manager only the Workload, made, activated
+//! and given back after an eviction; on a worker the copy adopts the Workload MultiKueue made.
+
+mod common;
+mod queued;
+
+use common::{created, now, world};
+use di_api::Phase;
+use di_api::contract::kueue::{MULTIKUEUE, PREBUILT_WORKLOAD};
+use di_core::desired::Settings;
+use di_core::plan::Action;
+use di_core::queue::multikueue::{cluster, dispatch, owned_by};
+use di_core::queue::{Queue, workload_name};
+use kube::ResourceExt;
+use queued::{admitted, decide_in, kueue, queued_job};
+use serde_json::json;
+
+fn dispatched_job() -> di_api::DIJob {
+    let mut job = queued_job(2);
+    job.spec.managed_by = Some(MULTIKUEUE.into());
+    job
+}
+
+fn dispatched(job: &di_api::DIJob, queue: Queue) -> di_core::queue::multikueue::Dispatch {
+    let mut world = world(&[], &[], now());
+    world.queue = Some(queue);
+    dispatch(job, &world, &Settings::default()).unwrap()
+}
+
+#[test]
+fn on_the_manager_a_dispatched_job_is_its_workload_and_nothing_else() {
+    let job = dispatched_job();
+    assert!(job.dispatched());
+    let made = dispatched(&job, kueue(None));
+    let [Action::CreateWorkload(w)] = &made.actions[..] else { panic!("{:?}", made.actions) };
+    assert_eq!(w["metadata"]["ownerReferences"][0]["uid"], "job-uid", "MultiKueue finds the job by it");
+    assert_eq!(w["metadata"]["ownerReferences"][0]["apiVersion"], "diengine.opendilab.org/v2alpha1");
+    assert_eq!(w["spec"]["queueName"], "team");
+
+    // Admitted, on a worker or not: no pod, no Service, no status of its own.
+    let mut on_worker = admitted(&job);
+    on_worker["status"]["clusterName"] = json!("worker-1");
+    let running = dispatched(&job, kueue(Some(on_worker.clone())));
+    assert!(running.actions.is_empty(), "{:?}", running.actions);
+    assert_eq!(cluster(&on_worker), Some("worker-1"));
+
+    // Finished there (the status MultiKueue copied): no Workload made again once Kueue drops it.
+    let mut done = job.clone();
+    done.status = Some(di_api::DIJobStatus { phase: Some(Phase::Succeeded), ..Default::default() });
+    assert!(dispatched(&done, kueue(None)).actions.is_empty());
+}
+
+#[test]
+fn suspended_on_the_manager_its_workload_is_deactivated_and_its_quota_given_back() {
+    let mut job = dispatched_job();
+    job.spec.suspend = Some(true);
+    let mut running = admitted(&job);
+    running["spec"]["active"] = json!(true);
+    let made = dispatched(&job, kueue(Some(running)));
+    assert!(
+        made.actions.iter().any(|a| matches!(a, Action::SetWorkloadActive { active: false, .. })),
+        "{:?}",
+        made.actions
+    );
+    // Evicted (so, or sent back by a worker): no pod to wait for, the quota goes back at once.
+    let mut evicted = admitted(&job);
+    evicted["spec"]["active"] = json!(false);
+    let conditions = evicted["status"]["conditions"].as_array_mut().unwrap();
+    conditions.push(json!({"type": "Evicted", "status": "True", "reason": "AdmissionCheck",
+        "message": "Workload evicted on worker cluster", "lastTransitionTime": "2026-11-22T09:05:00Z"}));
+    let acked = dispatched(&job, kueue(Some(evicted)));
+    let written = acked.actions.iter().find_map(|a| match a {
+        Action::WriteWorkloadStatus(w) => Some(w["status"].clone()),
+        _ => None,
+    });
+    let written = written.expect("the admission given back");
+    assert!(written["admission"].is_null());
+    let reserved = written["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "QuotaReserved").unwrap();
+    assert_eq!(reserved["status"], "False");
+}
+
+#[test]
+fn without_kueue_a_dispatched_job_says_why_as_an_event() {
+    let made = dispatched(&dispatched_job(), Queue::NoKueue);
+    assert!(made.actions.is_empty());
+    assert!(made.note.unwrap().contains("serves no Kueue Workloads"));
+}
+
+/// The copy MultiKueue made on a worker: the manager's spec without managedBy, the annotation
+/// naming the Workload it made.
+fn worker_copy() -> di_api::DIJob {
+    let mut job = queued_job(2);
+    job.annotations_mut().insert(PREBUILT_WORKLOAD.into(), "dijob-j-managerx".into());
+    job
+}
+
+#[test]
+fn on_a_worker_the_copy_adopts_the_workload_multikueue_made_and_runs_as_admitted() {
+    let job = worker_copy();
+    assert_eq!(workload_name(&job), "dijob-j-managerx");
+    // MultiKueue's copy: no owner; the manager's job-uid label gone.
+    let mut prebuilt = admitted(&job);
+    prebuilt["metadata"]["name"] = json!("dijob-j-managerx");
+    prebuilt["metadata"]["ownerReferences"] = json!(null);
+    assert!(!owned_by(&prebuilt, "job-uid"));
+    let plan = decide_in(&job, &[], &[], kueue(Some(prebuilt.clone())));
+    let adopt = plan.actions.iter().find_map(|a| match a {
+        Action::AdoptWorkload { name, resource_version, owner } => Some((name, resource_version, owner)),
+        _ => None,
+    });
+    let (name, version, owner) = adopt.expect("adopted");
+    assert_eq!((name.as_str(), version.as_str()), ("dijob-j-managerx", "7"));
+    assert_eq!((owner.uid.as_str(), owner.controller), ("job-uid", Some(true)));
+    let ordinary = decide_in(&queued_job(2), &[], &[], kueue(Some(admitted(&queued_job(2)))));
+    assert_eq!(created(&plan.actions), created(&ordinary.actions), "admitted: run as any queued job");
+    assert!(!created(&plan.actions).is_empty());
+
+    // Adopted: nothing more to take.
+    prebuilt["metadata"]["ownerReferences"] = json!([owner]);
+    let again = decide_in(&job, &[], &[], kueue(Some(prebuilt)));
+    assert!(!again.actions.iter().any(|a| matches!(a, Action::AdoptWorkload { .. })));
+}
+
+#[test]
+fn on_a_worker_the_copy_never_makes_or_remakes_a_workload() {
+    let job = worker_copy();
+    let waiting = decide_in(&job, &[], &[], kueue(None));
+    assert!(!waiting.actions.iter().any(|a| matches!(a, Action::CreateWorkload(_))), "{:?}", waiting.actions);
+    // Made for another size, not admitted: kept (it is MultiKueue's to take back).
+    let mut other = admitted(&job);
+    other["metadata"]["name"] = json!("dijob-j-managerx");
+    other["spec"]["podSets"][0]["count"] = json!(9);
+    other["status"] = json!({});
+    let held = decide_in(&job, &[], &[], kueue(Some(other)));
+    assert!(!held.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { .. })), "{:?}", held.actions);
+}

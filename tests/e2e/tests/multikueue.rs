@@ -1,0 +1,174 @@
+//! Several clusters through Kueue's MultiKueue (control-plane tier): a manager and two workers,
+//! each with Kueue and an orchestrator. DIJobs submitted to the manager run on whichever worker
+//! has room, their status comes back to the manager, a worker that takes its room back sends its
+//! job elsewhere, and deleting a job on the manager deletes it on its worker.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use di_api::contract::kueue::{MULTIKUEUE, PREBUILT_WORKLOAD};
+use di_api::contract::names;
+use di_api::{DIJob, Phase};
+use di_e2e::cluster::{TestCluster, until_watched};
+use di_e2e::kueue::jobs::submit_with;
+use di_e2e::kueue::multikueue::{CHECK, Clusters, Member};
+use di_e2e::kueue::{self, TestQueue};
+use di_e2e::scenario::Scenario;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+/// A worker's quota: one job of a coordinator (with the sidecar's 10m) and one collector, not two.
+const ROOM_FOR_ONE: [(&str, &str); 2] = [("cpu", "150m"), ("memory", "100Gi")];
+/// The manager's: every job of the scenario (what runs is the workers' to say).
+const ROOM_FOR_ALL: [(&str, &str); 2] = [("cpu", "2"), ("memory", "100Gi")];
+const WAIT: Duration = Duration::from_secs(120);
+
+fn phase(job: &DIJob) -> Option<Phase> {
+    job.status.as_ref().and_then(|s| s.phase)
+}
+
+/// A scenario (namespace `ns`, simulated nodes, an orchestrator) on one of the clusters.
+async fn scenario(member: &Member, ns: &str) -> Scenario {
+    let cluster = TestCluster { client: member.cluster.client.clone(), kubeconfig: member.cluster.kubeconfig.clone() };
+    cluster.namespace_named(ns.to_owned()).await;
+    Box::pin(Scenario::within(cluster, ns.to_owned(), &[])).await
+}
+
+/// The manager's jobs once `done` says so of them.
+async fn until_jobs<T>(s: &Scenario, what: &str, done: impl Fn(&[Arc<DIJob>]) -> Option<T>) -> T {
+    until_watched(s.jobs.clone(), watcher::Config::default(), (), WAIT, what, done).await
+}
+
+/// The worker cluster each of the manager's Workloads runs on (by its job), if one admitted it.
+async fn placements(manager: &Scenario) -> BTreeMap<String, Option<String>> {
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(manager.cluster.client.clone(), &manager.ns, &kueue::resource("Workload", "workloads"));
+    let all = workloads.list(&ListParams::default()).await.unwrap().items;
+    all.iter()
+        .map(|w| {
+            let job = w.owner_references().first().map(|o| o.name.clone()).unwrap_or_default();
+            (job, w.data["status"]["clusterName"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+/// Waits until `job` runs on `worker` as the manager sees it: its copied status Running and its
+/// Workload placed there.
+async fn until_runs_on(manager: &Scenario, job: &str, worker: &str) {
+    let what = format!("{job} running, as the manager sees it");
+    until_jobs(manager, &what, |jobs| {
+        jobs.iter().any(|j| j.name_any() == job && phase(j) == Some(Phase::Running)).then_some(())
+    })
+    .await;
+    assert_eq!(placements(manager).await.get(job), Some(&Some(worker.to_owned())), "{job} on {worker}");
+}
+
+/// Waits until the worker's copy of `job` is gone.
+async fn until_gone(worker: &Scenario, job: &str) {
+    let what = format!("{job}'s copy gone from the worker");
+    until_jobs(worker, &what, |jobs| (!jobs.iter().any(|j| j.name_any() == job)).then_some(())).await;
+}
+
+/// On `worker`: the one job it runs, its copy as MultiKueue made it (no managedBy, the
+/// Workload's name annotated), that Workload adopted, and its pods running there.
+async fn runs_there(worker: &Scenario) -> String {
+    let jobs = worker.jobs.list(&ListParams::default()).await.unwrap().items;
+    let running: Vec<&DIJob> = jobs.iter().filter(|j| phase(j) == Some(Phase::Running)).collect();
+    let [copy] = running[..] else {
+        panic!("one job running on the worker: {:?}", jobs.iter().map(|j| (j.name_any(), phase(j))).collect::<Vec<_>>())
+    };
+    assert_eq!(copy.spec.managed_by, None, "MultiKueue's copy runs here");
+    let workload = copy.annotations().get(PREBUILT_WORKLOAD).expect("the Workload MultiKueue made").clone();
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(worker.cluster.client.clone(), &worker.ns, &kueue::resource("Workload", "workloads"));
+    let made = workloads.get(&workload).await.unwrap();
+    let owner = made.owner_references().iter().find(|o| o.controller == Some(true)).expect("adopted");
+    assert_eq!(owner.uid, copy.uid().unwrap(), "the copy owns the Workload MultiKueue made");
+    let name = copy.name_any();
+    let params = ListParams::default().labels(&format!("{}={name}", di_api::contract::labels::JOB_NAME));
+    let pods = worker.pods.list(&params).await.unwrap().items;
+    assert_eq!(pods.len(), 2, "its coordinator and collector run on the worker");
+    name
+}
+
+#[tokio::test]
+#[ignore = "control-plane tier: run with `make e2e-local`"]
+async fn multikueue_runs_each_job_on_a_worker_with_room() {
+    let Some(clusters) = Clusters::start(&["worker-a", "worker-b"]).await else { return };
+    let ns = format!("e2e-multikueue-{}", std::process::id());
+    let manager = scenario(&clusters.manager, &ns).await;
+    let (a, b) = (scenario(clusters.worker("worker-a"), &ns).await, scenario(clusters.worker("worker-b"), &ns).await);
+    let _queues = (
+        TestQueue::checked(&manager.cluster.client, &ns, "team", &ROOM_FOR_ALL, CHECK).await,
+        TestQueue::create(&a.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
+        TestQueue::create(&b.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
+    );
+    for name in ["first", "second", "third"] {
+        submit_with(&manager, name, "team", 1, json!({"managedBy": MULTIKUEUE})).await;
+    }
+
+    // Two run, one on each worker; the third waits for room. The manager runs none of them.
+    let running = until_jobs(&manager, "two jobs running on the workers", |jobs| {
+        let mut running: Vec<String> =
+            jobs.iter().filter(|j| phase(j) == Some(Phase::Running)).map(|j| j.name_any()).collect();
+        running.sort();
+        (running.len() == 2).then_some(running)
+    })
+    .await;
+    let on_a = runs_there(&a).await;
+    let on_b = runs_there(&b).await;
+    let mut both = vec![on_a.clone(), on_b.clone()];
+    both.sort();
+    assert_eq!(both, running, "the manager's view is the workers'");
+    let waiting = ["first", "second", "third"].into_iter().find(|n| !running.contains(&n.to_string())).unwrap();
+    let placed = placements(&manager).await;
+    assert_eq!(placed.get(&on_a), Some(&Some("worker-a".to_owned())));
+    assert_eq!(placed.get(&on_b), Some(&Some("worker-b".to_owned())));
+    assert_eq!(placed.get(waiting), Some(&None), "{waiting} waits for a worker: {placed:?}");
+    assert!(manager.pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "no pod on the manager");
+    assert!(manager.services.list(&ListParams::default()).await.unwrap().items.is_empty(), "no Service there");
+    let copied = manager.jobs.get(&on_a).await.unwrap();
+    assert_eq!(copied.status.as_ref().and_then(|s| s.ready_replicas), Some(2), "the worker's status, copied");
+
+    // The job on worker-a ends: its end reaches the manager, and the waiting job runs there.
+    a.nodes.exit(&ns, &names::coordinator(&on_a), 0).await;
+    until_jobs(&manager, "the first job's success on the manager", |jobs| {
+        jobs.iter().any(|j| j.name_any() == on_a && phase(j) == Some(Phase::Succeeded)).then_some(())
+    })
+    .await;
+    until_runs_on(&manager, waiting, "worker-a").await;
+
+    // Worker-b takes its room back for work of its own (a higher priority): its DIJob is
+    // evicted there, goes back to the manager, and runs on worker-a once that has room.
+    let classes: Api<PriorityClass> = Api::all(b.cluster.client.clone());
+    let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "local-work"}, "value": 1000});
+    classes.create(&PostParams::default(), &serde_json::from_value(class).unwrap()).await.unwrap();
+    let local = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "local-work", "labels": {di_api::contract::kueue::QUEUE_NAME: "team"}},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "priorityClassName": "local-work", "containers": [
+            {"name": "main", "image": "local", "resources": {"requests": {"cpu": "150m"}}},
+        ]}}},
+    });
+    let batch: Api<Job> = Api::namespaced(b.cluster.client.clone(), &ns);
+    batch.create(&PostParams::default(), &serde_json::from_value(local).unwrap()).await.unwrap();
+    until_gone(&b, &on_b).await;
+    let back = placements(&manager).await;
+    assert_ne!(back.get(&on_b), Some(&Some("worker-b".to_owned())), "{on_b} left worker-b: {back:?}");
+    a.nodes.exit(&ns, &names::coordinator(waiting), 0).await;
+    until_runs_on(&manager, &on_b, "worker-a").await;
+    assert_eq!(runs_there(&a).await, on_b);
+    let restarted = manager.jobs.get(&on_b).await.unwrap();
+    assert_eq!(restarted.status.as_ref().and_then(|s| s.restarts).unwrap_or(0), 0, "an eviction is no failure");
+
+    // Deleted on the manager, it goes from its worker.
+    manager.jobs.delete(&on_b, &DeleteParams::default()).await.unwrap();
+    until_gone(&a, &on_b).await;
+    drop((manager, a, b));
+    clusters.stop().await;
+}
