@@ -1,13 +1,14 @@
 //! Several clusters for the MultiKueue scenarios, each a control plane of its own with Kueue
 //! beside it: a manager, whose Kueue dispatches DIJobs (`multiKueue.externalFrameworks`), and
-//! workers, which it reaches through kubeconfigs in Secrets, inline as Kueue requires (no file
-//! paths, no token files). Control-plane tier only: kind is one cluster.
+//! workers, which it reaches as the ServiceAccount of manifests/kueue/multikueue-worker.yaml,
+//! through kubeconfigs in Secrets, inline as Kueue requires (no file paths, no token files).
+//! Control-plane tier only: kind is one cluster.
 
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::Api;
 use kube::api::{DynamicObject, ObjectMeta, PostParams};
 use kube::runtime::watcher;
@@ -99,23 +100,26 @@ impl Clusters {
     }
 }
 
-/// The worker's admin kubeconfig with its certificates inline, as MultiKueue takes it.
-fn inline_kubeconfig(kubeconfig: &Path) -> String {
-    let config: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig).unwrap()).unwrap();
-    let data = |path: &serde_json::Value| {
-        let bytes = std::fs::read(path.as_str().expect("a file path")).unwrap();
-        serde_json::to_value(ByteString(bytes)).unwrap()
+/// A kubeconfig for `worker` as MultiKueue takes it: the worker's CA inline and a token of the
+/// ServiceAccount manifests/kueue/multikueue-worker.yaml grants what MultiKueue does there.
+async fn worker_kubeconfig(worker: &TestCluster) -> String {
+    worker.apply_file("manifests/kueue/multikueue-worker.yaml").await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(worker.client.clone(), KUEUE_NAMESPACE);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+        ..Default::default()
     };
-    let (cluster, user) = (&config["clusters"][0]["cluster"], &config["users"][0]["user"]);
+    let token = accounts.create_token_request("multikueue", &PostParams::default(), &request).await.unwrap();
+    let token = token.status.expect("a token").token;
+    let admin: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&worker.kubeconfig).unwrap()).unwrap();
+    let cluster = &admin["clusters"][0]["cluster"];
+    let ca = std::fs::read(cluster["certificate-authority"].as_str().expect("a CA file")).unwrap();
     let inline = json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "worker", "cluster": {
-            "server": cluster["server"], "certificate-authority-data": data(&cluster["certificate-authority"]),
+            "server": cluster["server"], "certificate-authority-data": serde_json::to_value(ByteString(ca)).unwrap(),
         }}],
-        "users": [{"name": "multikueue", "user": {
-            "client-certificate-data": data(&user["client-certificate"]),
-            "client-key-data": data(&user["client-key"]),
-        }}],
+        "users": [{"name": "multikueue", "user": {"token": token}}],
         "contexts": [{"name": "worker", "context": {"cluster": "worker", "user": "multikueue"}}],
         "current-context": "worker",
     });
@@ -131,11 +135,10 @@ async fn create(client: &kube::Client, kind: &str, plural: &str, object: serde_j
 /// Tells the manager's MultiKueue of `worker`: its kubeconfig in a Secret, a MultiKueueCluster.
 async fn connect(manager: &TestCluster, worker: &Member) {
     let secrets: Api<Secret> = Api::namespaced(manager.client.clone(), KUEUE_NAMESPACE);
+    let kubeconfig = worker_kubeconfig(&worker.cluster).await;
     let secret = Secret {
         metadata: ObjectMeta { name: Some(worker.name.into()), ..Default::default() },
-        data: Some(
-            [("kubeconfig".to_string(), ByteString(inline_kubeconfig(&worker.cluster.kubeconfig).into_bytes()))].into(),
-        ),
+        data: Some([("kubeconfig".to_string(), ByteString(kubeconfig.into_bytes()))].into()),
         ..Default::default()
     };
     secrets.create(&PostParams::default(), &secret).await.unwrap();
