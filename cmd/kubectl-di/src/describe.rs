@@ -33,6 +33,7 @@ pub async fn describe(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
             )
         })
         .collect();
-    print!("{}", output::describe(&job, &pods, &recent, Timestamp::now()));
+    let workers = crate::workers::workers(&ctx.client, Some(&ctx.namespace), std::slice::from_ref(&job)).await;
+    print!("{}", output::describe(&job, &workers, &pods, &recent, Timestamp::now()));
     Ok(())
 }

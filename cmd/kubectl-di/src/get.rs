@@ -31,7 +31,10 @@ pub async fn get(ctx: &Ctx, args: &GetArgs) -> anyhow::Result<()> {
                 eprintln!("No DIJobs found{place}.");
                 return Ok(());
             }
-            output::jobs_table(&list, args.output == Some(Output::Wide), args.all_namespaces, Timestamp::now())
+            let namespace = (!args.all_namespaces).then_some(ctx.namespace.as_str());
+            let workers = crate::workers::workers(&ctx.client, namespace, &list).await;
+            let wide = args.output == Some(Output::Wide);
+            output::jobs_table(&list, &workers, wide, args.all_namespaces, Timestamp::now())
         }
     };
     if !text.ends_with('\n') {

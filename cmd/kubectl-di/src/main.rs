@@ -18,6 +18,7 @@ mod output;
 mod replicas;
 mod suspend;
 mod version;
+mod workers;
 
 use std::process::ExitCode;
 

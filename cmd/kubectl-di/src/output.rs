@@ -1,5 +1,7 @@
 //! What the plugin prints, as pure functions: kubectl-style tables and descriptions.
 
+use std::collections::BTreeMap;
+
 use di_api::DIJob;
 use di_api::contract::labels;
 use k8s_openapi::api::core::v1::Pod;
@@ -42,6 +44,32 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
         s if s >= 3_600 => format!("{}h", s / 3_600),
         s if s >= 60 => format!("{}m", s / 60),
         s => format!("{s}s"),
+    }
+}
+
+/// Where MultiKueue runs each dispatched job, by namespace and name: the worker cluster that
+/// admitted its Workload, `None` while none has (read from the manager's Workloads).
+#[derive(Debug, Default)]
+pub struct Workers(pub BTreeMap<(String, String), Option<String>>);
+
+impl Workers {
+    /// The worker cluster `job` runs on, if it is dispatched and one has admitted it.
+    fn of(&self, job: &DIJob) -> Option<&str> {
+        let key = (job.namespace().unwrap_or_default(), job.name_any());
+        self.0.get(&key)?.as_deref()
+    }
+}
+
+/// The phase of a job MultiKueue runs elsewhere: the worker's (`Running (on worker-1)`), or,
+/// while no worker has it, `Pending (dispatching)` whatever a worker that had it wrote last.
+fn dispatched_phase(job: &DIJob, workers: &Workers) -> String {
+    let phase = job.status.as_ref().and_then(|s| s.phase);
+    match (workers.of(job), phase) {
+        (Some(worker), phase) => {
+            format!("{} (on {worker})", phase.map_or_else(|| "Pending".into(), |p| format!("{p:?}")))
+        }
+        (None, Some(p)) if p.is_finished() => format!("{p:?}"),
+        (None, _) => "Pending (dispatching)".into(),
     }
 }
 
@@ -115,7 +143,7 @@ fn above_core(above: &di_api::CollectorsAboveCore) -> String {
 
 /// `kubectl di get`: NAME PHASE READY RESTARTS COLLECTORS LEARNERS AGE (and more with `wide`,
 /// NAMESPACE with `-A`), for role jobs and task jobs alike.
-pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timestamp) -> String {
+pub fn jobs_table(jobs: &[DIJob], workers: &Workers, wide: bool, all_namespaces: bool, now: Timestamp) -> String {
     let mut header = vec!["NAME", "PHASE", "READY", "RESTARTS", "COLLECTORS", "LEARNERS", "AGE"];
     if wide {
         header.extend(["GPUS/LEARNER", "SUSPENDED", "CLEANUP"]);
@@ -129,7 +157,7 @@ pub fn jobs_table(jobs: &[DIJob], wide: bool, all_namespaces: bool, now: Timesta
             let status = job.status.clone().unwrap_or_default();
             let mut row = vec![
                 job.name_any(),
-                phase(job),
+                if job.dispatched() { dispatched_phase(job, workers) } else { phase(job) },
                 ready(job),
                 status.restarts.unwrap_or(0).to_string(),
                 collectors_column(job),
@@ -194,13 +222,26 @@ pub fn replica_rows(pods: &[Pod]) -> Vec<Vec<String>> {
 }
 
 /// `kubectl di describe`: the spec in short, the status, conditions, replicas and events.
-pub fn describe(job: &DIJob, pods: &[Pod], events: &[(String, String, String)], now: Timestamp) -> String {
+pub fn describe(
+    job: &DIJob,
+    workers: &Workers,
+    pods: &[Pod],
+    events: &[(String, String, String)],
+    now: Timestamp,
+) -> String {
     let spec = &job.spec;
     let mut out = String::new();
     let mut field = |k: &str, v: String| out.push_str(&format!("{:<20}{v}\n", format!("{k}:")));
     field("Name", job.name_any());
     field("Namespace", job.namespace().unwrap_or_default());
-    field("Phase", phase(job));
+    field("Phase", if job.dispatched() { dispatched_phase(job, workers) } else { phase(job) });
+    if job.dispatched() {
+        let worker = workers.of(job).map_or_else(
+            || "by MultiKueue, waiting for a worker cluster with room".to_owned(),
+            |w| format!("by MultiKueue to worker cluster {w}, which runs it and scales it; its status is copied here"),
+        );
+        field("Dispatched", worker);
+    }
     field("Age", age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now));
     field("Clean pod policy", di_api::defaults::clean_pod_policy(job).as_str().into());
     field("Suspended", spec.is_suspended().to_string());

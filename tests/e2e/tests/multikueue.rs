@@ -14,6 +14,7 @@ use di_e2e::cluster::{TestCluster, until_watched};
 use di_e2e::kueue::jobs::submit_with;
 use di_e2e::kueue::multikueue::{CHECK, Clusters, Member};
 use di_e2e::kueue::{self, TestQueue};
+use di_e2e::orchestrator::binary;
 use di_e2e::scenario::Scenario;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -30,6 +31,19 @@ const WAIT: Duration = Duration::from_secs(120);
 
 fn phase(job: &DIJob) -> Option<Phase> {
     job.status.as_ref().and_then(|s| s.phase)
+}
+
+/// What `kubectl di ARGS` prints against the scenario's cluster and namespace.
+async fn kubectl_di(s: &Scenario, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(binary("kubectl-di"))
+        .args(args)
+        .args(["-n", &s.ns, "--kubeconfig"])
+        .arg(&s.cluster.kubeconfig)
+        .output()
+        .await
+        .expect("running kubectl-di");
+    assert!(out.status.success(), "kubectl di {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A scenario (namespace `ns`, simulated nodes, an orchestrator) on one of the clusters.
@@ -132,6 +146,17 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
     assert_eq!(placed.get(waiting), Some(&None), "{waiting} waits for a worker: {placed:?}");
     assert!(manager.pods.list(&ListParams::default()).await.unwrap().items.is_empty(), "no pod on the manager");
     assert!(manager.services.list(&ListParams::default()).await.unwrap().items.is_empty(), "no Service there");
+    let shown = kubectl_di(&manager, &["get"]).await;
+    for (job, shows) in [
+        (&on_a, "Running (on worker-a)"),
+        (&on_b, "Running (on worker-b)"),
+        (&waiting.to_string(), "Pending (dispatching)"),
+    ] {
+        let line = shown.lines().find(|l| l.starts_with(job.as_str())).unwrap_or_else(|| panic!("{job} in {shown}"));
+        assert!(line.contains(shows), "kubectl di get on the manager: {line}");
+    }
+    let described = kubectl_di(&manager, &["describe", &on_a]).await;
+    assert!(described.contains("by MultiKueue to worker cluster worker-a"), "{described}");
     let copied = manager.jobs.get(&on_a).await.unwrap();
     assert_eq!(copied.status.as_ref().and_then(|s| s.ready_replicas), Some(2), "the worker's status, copied");
 

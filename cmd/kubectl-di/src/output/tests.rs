@@ -24,13 +24,13 @@ fn get_tables() {
         job("a-much-longer-name", "other", json!({})),
     ];
     assert_eq!(
-        jobs_table(&jobs, false, false, now()),
+        jobs_table(&jobs, &Workers::default(), false, false, now()),
         "NAME                 PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
          cartpole             Running   4/6     0          3/4          1/1        1h\n\
          a-much-longer-name   Pending   0/6     0          0/4          0/1        1h\n"
     );
     assert_eq!(
-        jobs_table(&jobs[..1], true, true, now()),
+        jobs_table(&jobs[..1], &Workers::default(), true, true, now()),
         "NAMESPACE   NAME       PHASE     READY   RESTARTS   COLLECTORS   LEARNERS   AGE   GPUS/LEARNER   SUSPENDED   CLEANUP\n\
          rl          cartpole   Running   4/6     0          3/4          1/1        1h    2              false       All\n"
     );
@@ -47,7 +47,7 @@ fn task_jobs_show_ready_pods_restarts_and_tasks() {
     }))
     .unwrap();
     assert_eq!(
-        jobs_table(std::slice::from_ref(&job), false, false, now()),
+        jobs_table(std::slice::from_ref(&job), &Workers::default(), false, false, now()),
         "NAME   PHASE        READY   RESTARTS   COLLECTORS   LEARNERS   AGE\n\
          mesh   Restarting   2/3     1          -            -          1h\n"
     );
@@ -57,7 +57,7 @@ fn task_jobs_show_ready_pods_restarts_and_tasks() {
         "spec": {"subdomain": "di-mesh", "containers": []}, "status": {"phase": "Pending"}
     }))
     .unwrap();
-    let text = describe(&job, &[pod], &[], now());
+    let text = describe(&job, &Workers::default(), &[pod], &[], now());
     assert!(text.contains("Restarts:           1 of at most 3\n"), "{text}");
     assert!(text.contains("  collector   collector   2          ") && text.contains("Pending 1, Running 1"), "{text}");
     assert!(text.contains("  mesh-collector-1   collector   Pending   mesh-collector-1.di-mesh.rl.svc\n"), "{text}");
@@ -100,14 +100,18 @@ fn describe_says_where_a_job_stands_in_its_queue() {
     let queued = |conditions: serde_json::Value| {
         let mut j = job("j", "ns", json!({"phase": "Created", "conditions": conditions}));
         j.labels_mut().insert(di_core::queue::QUEUE_LABEL.into(), "team".into());
-        describe(&j, &[], &[], now())
+        describe(&j, &Workers::default(), &[], &[], now())
     };
     let line = |text: String| text.lines().find(|l| l.starts_with("Queue:")).map(str::to_owned);
     let evicted = json!([{"type": "Queued", "status": "True", "reason": "Evicted"}]);
     assert_eq!(line(queued(evicted)).as_deref(), Some("Queue:              team: waiting (Evicted)"));
     let admitted = json!([{"type": "Queued", "status": "False", "reason": "Admitted"}]);
     assert_eq!(line(queued(admitted)).as_deref(), Some("Queue:              team: admitted"));
-    assert_eq!(line(describe(&job("j", "ns", json!({})), &[], &[], now())), None, "a job in no queue");
+    assert_eq!(
+        line(describe(&job("j", "ns", json!({})), &Workers::default(), &[], &[], now())),
+        None,
+        "a job in no queue"
+    );
 }
 
 /// A queued job with collectors above its core: `get` and `describe` say how many wait for
@@ -121,15 +125,16 @@ fn collectors_above_the_core_are_shown_waiting_and_spare() {
         j
     };
     let waiting = above(json!({"admitted": 1, "waiting": 2, "preempted": 2, "spare": 0}));
-    let column =
-        |j: &DIJob| jobs_table(std::slice::from_ref(j), false, false, now()).lines().nth(1).unwrap().to_owned();
+    let column = |j: &DIJob| {
+        jobs_table(std::slice::from_ref(j), &Workers::default(), false, false, now()).lines().nth(1).unwrap().to_owned()
+    };
     assert!(column(&waiting).contains(" 2/4 (2 waiting) "), "{}", column(&waiting));
     let spare = above(json!({"admitted": 4, "waiting": 0, "preempted": 0, "spare": 2}));
     assert!(column(&spare).contains(" 2/4 (2 spare) "), "{}", column(&spare));
-    let text = describe(&waiting, &[], &[], now());
+    let text = describe(&waiting, &Workers::default(), &[], &[], now());
     assert!(text.contains("Above the core:     1 admitted, 2 waiting for quota (2 preempted)\n"), "{text}");
     assert!(text.contains("Collector range:    1 in the core, up to 6 on spare room\n"), "{text}");
-    let text = describe(&spare, &[], &[], now());
+    let text = describe(&spare, &Workers::default(), &[], &[], now());
     assert!(text.contains("Above the core:     4 admitted (2 on spare room), 0 waiting for quota\n"), "{text}");
 }
 
@@ -150,7 +155,7 @@ fn describe_text() {
     let events =
         vec![("Normal".to_string(), "Created".to_string(), "created 1 pod(s): cartpole-collector-0".to_string())];
     assert_eq!(
-        describe(&job, &[pod], &events, now()),
+        describe(&job, &Workers::default(), &[pod], &events, now()),
         "Name:               cartpole\n\
          Namespace:          rl\n\
          Phase:              Running\n\
@@ -174,4 +179,23 @@ fn describe_text() {
          \x20 TYPE     REASON    MESSAGE\n\
          \x20 Normal   Created   created 1 pod(s): cartpole-collector-0\n"
     );
+}
+
+/// On a MultiKueue manager: a dispatched job's phase is the worker's, with the worker named, and
+/// while no worker has it, it is dispatching, whatever a worker that had it wrote last.
+#[test]
+fn a_dispatched_job_shows_its_worker() {
+    let mut running = job("cartpole", "rl", json!({"phase": "Running", "readyReplicas": 6}));
+    running.spec.managed_by = Some(di_api::contract::kueue::MULTIKUEUE.into());
+    let on = Workers([(("rl".to_string(), "cartpole".to_string()), Some("gpu-west".to_string()))].into());
+    let row = |workers: &Workers| jobs_table(std::slice::from_ref(&running), workers, false, false, now());
+    assert!(row(&on).contains("Running (on gpu-west)"), "{}", row(&on));
+    let back = Workers([(("rl".to_string(), "cartpole".to_string()), None)].into());
+    assert!(row(&back).contains("Pending (dispatching)"), "{}", row(&back));
+    let text = describe(&running, &on, &[], &[], now());
+    assert!(text.contains("Dispatched:         by MultiKueue to worker cluster gpu-west"), "{text}");
+    let mut done = running.clone();
+    done.status.as_mut().unwrap().phase = Some(di_api::Phase::Succeeded);
+    let finished = jobs_table(std::slice::from_ref(&done), &back, false, false, now());
+    assert!(finished.contains("Succeeded"), "{finished}");
 }
