@@ -125,6 +125,16 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
     for name in ["first", "second", "third"] {
         submit_with(&manager, name, "team", 1, json!({"managedBy": MULTIKUEUE})).await;
     }
+    // One that does not say MultiKueue runs it is never dispatched, nor run on the manager.
+    submit_with(&manager, "unmarked", "team", 1, json!({})).await;
+    let held = until_jobs(&manager, "the unmarked job held, in Kueue's words", |jobs| {
+        let job = jobs.iter().find(|j| j.name_any() == "unmarked")?;
+        let queued = di_e2e::kueue::jobs::queued(job)
+            .filter(|c| c.status == "True" && c.reason.as_deref() == Some("Evicted"))?;
+        Some(queued.message.clone().unwrap_or_default())
+    })
+    .await;
+    assert!(held.contains("Expecting .spec.managedBy"), "Kueue says what is missing: {held}");
 
     // Two run, one on each worker; the third waits for room. The manager runs none of them.
     let running = until_jobs(&manager, "two jobs running on the workers", |jobs| {
@@ -140,6 +150,7 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
     both.sort();
     assert_eq!(both, running, "the manager's view is the workers'");
     let waiting = ["first", "second", "third"].into_iter().find(|n| !running.contains(&n.to_string())).unwrap();
+    assert_eq!(placements(&manager).await.get("unmarked"), Some(&None), "never dispatched");
     let placed = placements(&manager).await;
     assert_eq!(placed.get(&on_a), Some(&Some("worker-a".to_owned())));
     assert_eq!(placed.get(&on_b), Some(&Some("worker-b".to_owned())));
