@@ -3,6 +3,7 @@
 //! Fixtures in `pass_fixtures`.
 
 use super::*;
+use k8s_openapi::api::core::v1::Pod;
 
 #[tokio::test]
 async fn a_replacement_waits_its_backoff_even_when_the_cache_missed_the_count() {

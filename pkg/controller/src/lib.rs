@@ -18,6 +18,7 @@ pub mod identity;
 pub mod index;
 pub mod later;
 pub mod leader;
+mod members;
 pub mod metrics;
 mod milestones;
 mod multikueue;

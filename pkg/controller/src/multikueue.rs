@@ -12,7 +12,7 @@ use crate::context::{Context, publish_on};
 use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
-use crate::pass::{aggregator_config, members};
+use crate::members::{aggregator_config, members};
 use crate::queue::multikueue::dispatch;
 
 /// The one reason of what a dispatched job says here, the message saying why.

@@ -8,8 +8,7 @@ use std::time::Duration;
 use di_api::contract::names;
 use di_api::defaults::default_dijob;
 use di_api::validation::validate_dijob;
-use di_api::{AggregatorConfig, DIJob, Phase};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use di_api::{DIJob, Phase};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -18,11 +17,11 @@ use tracing::{info, warn};
 
 use crate::context::{Context, publish, publish_on};
 use crate::created::Kind;
-use crate::decision::{Action, Plan, World};
-use crate::desired;
+use crate::decision::{Action, Plan};
 use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
+use crate::members::{aggregator_config, members};
 use crate::order::{admitted_now, deletes_by_spec, recreates_coordinator};
 use crate::pace;
 use crate::plan;
@@ -214,56 +213,6 @@ fn leave_alone(ctx: &Arc<Context>, view: &JobView, why: &str) {
          or export it without its status and apply it again to run it under di-orchestrator"
     );
     publish(ctx, &view.object_ref(&()), &name, EventType::Warning, "LeftAlone", "Reconcile", Some(note));
-}
-
-/// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
-pub(crate) fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
-    if !di_api::resources::needs_aggregator(job) || job.spec.learner_replicas() == 0 {
-        return (None, None);
-    }
-    let (namespace, name) = desired::aggregator_config_ref(job, &ctx.settings);
-    match ctx.configs.get(&ObjectRef::new(&name).within(&namespace)) {
-        Some(config) => {
-            let mut config = AggregatorConfig::clone(&config);
-            di_api::defaults::default_aggregator_config(&mut config);
-            (Some(config), None)
-        }
-        None => (None, Some(format!("{namespace}/{name}"))),
-    }
-}
-
-/// What the caches hold of a job: its own pods and Services (restart marks not yet seen laid
-/// over), and the names of those its label names but another UID controls.
-pub(crate) struct Members {
-    pods: Vec<Pod>,
-    services: Vec<Service>,
-    taken: BTreeMap<String, String>,
-}
-
-impl Members {
-    /// The members as a pass sees them now, before its AggregatorConfig is looked up.
-    pub(crate) fn world(&self) -> World<'_> {
-        World {
-            pods: self.pods.iter().collect(),
-            services: self.services.iter().collect(),
-            taken: self.taken.clone(),
-            aggregator_config: None,
-            missing_aggregator_config: None,
-            queue: None,
-            now: Timestamp::now(),
-        }
-    }
-}
-
-pub(crate) fn members(ctx: &Context, job: &DIJob) -> Members {
-    let (namespace, name, uid) = (job.namespace().unwrap_or_default(), job.name_any(), job.uid().unwrap_or_default());
-    let pods = ctx.pod_index.members(&ctx.pods, &namespace, &name, &uid);
-    let services = ctx.service_index.members(&ctx.services, &namespace, &name, &uid);
-    let predecessor = format!("held by an earlier job named {name}");
-    let taken = pods.foreign.into_iter().chain(services.foreign).map(|n| (n, predecessor.clone())).collect();
-    let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
-    ctx.marks.overlay(&namespace, &mut services);
-    Members { pods: pods.owned.iter().map(|p| p.to_pod()).collect(), services, taken }
 }
 
 /// The names `actions` would create that a cached pod or Service of another owner holds, with

@@ -142,7 +142,7 @@ pub(super) fn job(collectors: i32, policy: &str, phase: Option<Phase>) -> DIJob 
 pub(super) fn world(job: &DIJob, phase_of: impl Fn(&str) -> &'static str) -> (Vec<Pod>, Vec<Service>) {
     let mut defaulted = job.clone();
     default_dijob(&mut defaulted);
-    let replicas = desired::replicas(&defaulted, None, &Settings::default()).unwrap();
+    let replicas = crate::desired::replicas(&defaulted, None, &Settings::default()).unwrap();
     let pods = replicas
         .iter()
         .map(|r| {

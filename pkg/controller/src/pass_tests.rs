@@ -4,6 +4,7 @@
 //! the same fake and fixtures (`pass_fixtures`).
 
 use di_testing::{Answer, Log};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use serde_json::{Value, json};
 
 use super::*;
