@@ -147,6 +147,9 @@ When set, aggregatorconfigs are granted cluster-wide instead (see rbac.yaml).
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/* One admission webhook, after its name; takes (dict "root" $ "path" "/mutate"). */}}

@@ -83,8 +83,19 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.probe_addr).await.context("binding the probe address")?;
     info!(addr = %listener.local_addr()?, "serving probes and metrics");
     tokio::spawn(async move { axum::serve(listener, app).await });
+    // Asked before the webhooks start: with Kueue, the mutating one reads its queues.
+    let kueue = match args.queues {
+        Queues::None => false,
+        Queues::Auto => di_controller::workloads::served(&client).await?,
+        Queues::Kueue if di_controller::workloads::served(&client).await? => true,
+        Queues::Kueue => anyhow::bail!(
+            "--queues=kueue, but the API server serves no Kueue Workloads (kueue.x-k8s.io/v1beta2): install \
+             Kueue, or run with --queues=auto or none"
+        ),
+    };
     if let Some(addr) = args.webhook.webhook_addr {
-        start_webhooks(&client, &args.webhook, addr, args.namespace.clone(), until_stopped(stopped.clone())).await?;
+        let scope = (args.namespace.clone(), kueue);
+        start_webhooks(&client, &args.webhook, addr, scope, until_stopped(stopped.clone())).await?;
     }
     // Ready once the webhooks serve and the API server answers for DIJobs (reachable, CRD
     // installed), leader or not: a standby replica is healthy too. Asked where this replica
@@ -125,15 +136,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         events_per_second: args.events_per_second,
         creates_per_job: args.creates_per_job.into(),
         creates_in_flight: args.creates_in_flight.into(),
-        kueue: match args.queues {
-            Queues::None => false,
-            Queues::Auto => di_controller::workloads::served(&client).await?,
-            Queues::Kueue if di_controller::workloads::served(&client).await? => true,
-            Queues::Kueue => anyhow::bail!(
-                "--queues=kueue, but the API server serves no Kueue Workloads (kueue.x-k8s.io/v1beta2): install \
-                 Kueue, or run with --queues=auto or none"
-            ),
-        },
+        kueue,
     };
 
     // Kueue installed after the start: its Workloads are watched from the start or not at all,
@@ -286,7 +289,7 @@ async fn start_webhooks(
     client: &kube::Client,
     args: &WebhookArgs,
     addr: SocketAddr,
-    namespace: Option<String>,
+    (namespace, kueue): (Option<String>, bool),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use di_webhook::{certs, server, tls};
@@ -313,8 +316,14 @@ async fn start_webhooks(
     info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
     // The names every job claims, so a new job whose names collide with another's is refused.
     let claims = di_webhook::claims::Claims::default();
+    // Kueue's queues, so a job in one that goes through MultiKueue is given to it.
+    let queues = kueue.then(|| {
+        let (queues, watches) = di_webhook::queues::Queues::watch(client, namespace.as_deref());
+        tokio::spawn(watches);
+        queues
+    });
     tokio::spawn(claims.clone().watch(client.clone(), namespace));
-    let router = server::router_checking(&di_webhook::limits::Limits::default(), Some(claims));
+    let router = server::router_checking(&di_webhook::limits::Limits::default(), Some(claims), queues);
     tokio::spawn(tls::serve(listener, router, resolver, shutdown));
     Ok(())
 }

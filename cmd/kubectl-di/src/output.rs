@@ -50,13 +50,17 @@ pub fn age(created: Option<Timestamp>, now: Timestamp) -> String {
 /// Where MultiKueue runs each dispatched job, by namespace and name: the worker cluster that
 /// admitted its Workload, `None` while none has (read from the manager's Workloads).
 #[derive(Debug, Default)]
-pub struct Workers(pub BTreeMap<(String, String), Option<String>>);
+pub struct Workers {
+    pub by_job: BTreeMap<(String, String), Option<String>>,
+    /// The Workloads could not be read: no job's worker is known.
+    pub unknown: bool,
+}
 
 impl Workers {
     /// The worker cluster `job` runs on, if it is dispatched and one has admitted it.
     fn of(&self, job: &DIJob) -> Option<&str> {
         let key = (job.namespace().unwrap_or_default(), job.name_any());
-        self.0.get(&key)?.as_deref()
+        self.by_job.get(&key)?.as_deref()
     }
 }
 
@@ -64,10 +68,10 @@ impl Workers {
 /// while no worker has it, `Pending (dispatching)` whatever a worker that had it wrote last.
 fn dispatched_phase(job: &DIJob, workers: &Workers) -> String {
     let phase = job.status.as_ref().and_then(|s| s.phase);
+    let shown = || phase.map_or_else(|| "Pending".into(), |p| format!("{p:?}"));
     match (workers.of(job), phase) {
-        (Some(worker), phase) => {
-            format!("{} (on {worker})", phase.map_or_else(|| "Pending".into(), |p| format!("{p:?}")))
-        }
+        _ if workers.unknown => format!("{} (worker unknown)", shown()),
+        (Some(worker), _) => format!("{} (on {worker})", shown()),
         (None, Some(p)) if p.is_finished() => format!("{p:?}"),
         (None, _) => "Pending (dispatching)".into(),
     }
@@ -236,10 +240,13 @@ pub fn describe(
     field("Namespace", job.namespace().unwrap_or_default());
     field("Phase", if job.dispatched() { dispatched_phase(job, workers) } else { phase(job) });
     if job.dispatched() {
-        let worker = workers.of(job).map_or_else(
-            || "by MultiKueue, waiting for a worker cluster with room".to_owned(),
-            |w| format!("by MultiKueue to worker cluster {w}, which runs it and scales it; its status is copied here"),
-        );
+        let worker = match workers.of(job) {
+            _ if workers.unknown => "by MultiKueue (its Workload cannot be read here)".to_owned(),
+            Some(w) => {
+                format!("by MultiKueue to worker cluster {w}, which runs it and scales it; its status is copied here")
+            }
+            None => "by MultiKueue, waiting for a worker cluster with room".to_owned(),
+        };
         field("Dispatched", worker);
     }
     field("Age", age(job.metadata.creation_timestamp.as_ref().map(|t| t.0), now));

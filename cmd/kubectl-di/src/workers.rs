@@ -2,6 +2,8 @@
 //! (`status.clusterName`): what `get` and `describe` show beside the status the worker's copy
 //! writes back.
 
+use std::collections::BTreeMap;
+
 use di_api::DIJob;
 use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
@@ -9,7 +11,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::output::Workers;
 
 /// The worker cluster of each dispatched job of `jobs` (all in `namespace`, or in any when
-/// `None`). A courtesy: Workloads that cannot be read leave every such job "dispatching".
+/// `None`).
 pub async fn workers(client: &Client, namespace: Option<&str>, jobs: &[DIJob]) -> Workers {
     let mut workers = Workers::default();
     let dispatched: Vec<&DIJob> = jobs.iter().filter(|j| j.dispatched()).collect();
@@ -21,14 +23,22 @@ pub async fn workers(client: &Client, namespace: Option<&str>, jobs: &[DIJob]) -
         Some(ns) => Api::namespaced_with(client.clone(), ns, &kind),
         None => Api::all_with(client.clone(), &kind),
     };
-    let workloads = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    let Ok(workloads) = api.list(&ListParams::default()).await.map(|l| l.items) else {
+        // A courtesy: without them the phase is shown as copied, the worker unknown.
+        workers.unknown = true;
+        return workers;
+    };
+    // Each Workload's worker, by the UID of the job that controls it.
+    let by_job: BTreeMap<String, Option<String>> = workloads
+        .iter()
+        .filter_map(|w| {
+            let owner = w.owner_references().iter().find(|o| o.controller == Some(true))?;
+            Some((owner.uid.clone(), di_core::queue::multikueue::cluster(&w.data).map(str::to_owned)))
+        })
+        .collect();
     for job in dispatched {
-        let uid = job.uid().unwrap_or_default();
-        let owned = workloads
-            .iter()
-            .find(|w| di_core::queue::multikueue::owned_by(&serde_json::to_value(w).unwrap_or_default(), &uid));
-        let worker = owned.and_then(|w| di_core::queue::multikueue::cluster(&w.data).map(str::to_owned));
-        workers.0.insert((job.namespace().unwrap_or_default(), job.name_any()), worker);
+        let worker = by_job.get(&job.uid().unwrap_or_default()).cloned().flatten();
+        workers.by_job.insert((job.namespace().unwrap_or_default(), job.name_any()), worker);
     }
     workers
 }

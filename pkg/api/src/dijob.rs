@@ -89,6 +89,12 @@ pub use status::{CollectorsAboveCore, DIJobCondition, DIJobStatus, Phase, Replic
     "fieldPath": ".collector.replicas",
     "message": "spec.collector.replicas may not exceed spec.collector.maxReplicas: ask for at most maxReplicas \
                 collectors, or raise maxReplicas first"
+}, {
+    // Checked by the API server too: a manager's copy that changed hands without the webhook
+    // would be run twice, here and by MultiKueue's worker.
+    "rule": "has(self.managedBy) == has(oldSelf.managedBy) && (!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+    "fieldPath": ".managedBy",
+    "message": "spec.managedBy is fixed when the job is made: delete and re-create the DIJob to change who runs it"
 }]))]
 pub struct DIJobSpec {
     /// A free-form name for a collection of related DIJobs, kept from DI-orchestrator 0.2; the
@@ -188,9 +194,9 @@ pub struct DIJobSpec {
 
     /// Who runs the job: unset or `diengine.opendilab.org/di-orchestrator`, this cluster's
     /// orchestrator; `kueue.x-k8s.io/multikueue`, Kueue's MultiKueue, which copies the job to a
-    /// worker cluster with room and its status back here (the job needs a queue whose
-    /// ClusterQueue has a MultiKueue admission check; its spec is fixed here once it exists, and
-    /// it is scaled on the worker). Fixed once the job exists.
+    /// worker cluster with room and its status back here. The webhook sets it for a new job
+    /// whose queue's ClusterQueue has a MultiKueue admission check; such a job's spec is fixed
+    /// here but `suspend` (it scales on its worker). Fixed once the job exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_by: Option<String>,
 }

@@ -258,16 +258,12 @@ pub fn validate_dijob_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationE
     errs.into_result()
 }
 
-/// Validates an update that leaves the spec as it was: only the job's queue may not change (see
-/// [`check_queue_update`]); any other such write (labels, finalizers) is let through, whatever the
+/// Validates an update that leaves the spec as it was: only the job's queue, and what MultiKueue
+/// goes by, may not change (see [`check_queue_update`]); any other such write (labels, finalizers) is let through, whatever the
 /// stored spec, which an older release may have accepted.
 pub fn validate_dijob_metadata_update(old: &DIJob, new: &DIJob) -> Result<(), ValidationErrors> {
     let mut errs = Errors(vec![]);
     check_queue_update(old, new, &mut errs);
-    if new.dispatched() {
-        // Its queue label, which a dispatched job may not lose.
-        multikueue::check(new, &mut errs);
-    }
     errs.into_result()
 }
 
@@ -277,6 +273,9 @@ pub fn validate_dijob_metadata_update(old: &DIJob, new: &DIJob) -> Result<(), Va
 /// taken out would keep an admission it no longer needs, or start pods no quota was given for.
 fn check_queue_update(old: &DIJob, new: &DIJob, errs: &mut Errors) {
     use crate::contract::kueue::{QUEUE_NAME, QUEUED};
+    if multikueue::check_metadata(old, new, errs) {
+        return;
+    }
     let queue = |job: &DIJob| job.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_NAME)).cloned();
     if queue(old) == queue(new) {
         return;

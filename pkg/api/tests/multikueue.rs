@@ -78,4 +78,35 @@ fn on_the_manager_only_suspend_changes_and_no_one_else_takes_the_job() {
     let mut unqueued = old.clone();
     unqueued.labels_mut().remove(QUEUE_NAME);
     assert!(validate_dijob_metadata_update(&old, &unqueued).is_err(), "its queue label stays");
+    let mut moved = old.clone();
+    moved.labels_mut().insert(QUEUE_NAME.into(), "other".into());
+    assert!(validate_dijob_metadata_update(&old, &moved).is_err(), "nor moves, even before it runs");
+}
+
+/// A worker's copy keeps the Workload MultiKueue made: its annotation, its queue, and it is
+/// suspended on the manager, not here; no job gains or loses the annotation.
+#[test]
+fn a_copy_on_a_worker_keeps_to_the_workload_multikueue_made() {
+    let mut copy = valid_job();
+    copy.labels_mut().insert(QUEUE_NAME.into(), "team".into());
+    copy.annotations_mut().insert(PREBUILT_WORKLOAD.into(), "dijob-j-1234abcd".into());
+    let mut scaled = copy.clone();
+    scaled.spec.collector.as_mut().unwrap().replicas = Some(5);
+    assert!(update_errors(copy.clone(), scaled).is_empty(), "its coordinator scales it here");
+    let mut suspended = copy.clone();
+    suspended.spec.suspend = Some(true);
+    assert!(update_errors(copy.clone(), suspended).iter().any(|e| e.contains("spec.suspend") && e.contains("manager")));
+    let mut unqueued = copy.clone();
+    unqueued.labels_mut().remove(QUEUE_NAME);
+    assert!(validate_dijob_metadata_update(&copy, &unqueued).is_err());
+    let mut renamed = copy.clone();
+    renamed.annotations_mut().insert(PREBUILT_WORKLOAD.into(), "another".into());
+    assert!(validate_dijob_metadata_update(&copy, &renamed).is_err());
+    let mut gained = valid_job();
+    let before = gained.clone();
+    gained.annotations_mut().insert(PREBUILT_WORKLOAD.into(), "dijob-j-1234abcd".into());
+    assert!(validate_dijob_metadata_update(&before, &gained).is_err(), "an ordinary job never gains it");
+    let mut both = dispatched();
+    both.annotations_mut().insert(PREBUILT_WORKLOAD.into(), "dijob-j-1234abcd".into());
+    assert_eq!(paths(both), [format!("metadata.annotations[{PREBUILT_WORKLOAD}]")]);
 }

@@ -1,17 +1,18 @@
 //! What the caches hold of one job, for a pass: its own pods and Services, the names others
-//! hold, and the AggregatorConfig its learners need.
+//! hold, the AggregatorConfig its learners need; and whether the cached job is the stored one.
 
 use std::collections::BTreeMap;
 
 use di_api::{AggregatorConfig, DIJob};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::decision::World;
 use crate::desired;
+use crate::error::Error;
 
 /// The AggregatorConfig the job's learners need, if they need one: `(found, missing name)`.
 pub(crate) fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<AggregatorConfig>, Option<String>) {
@@ -31,6 +32,7 @@ pub(crate) fn aggregator_config(ctx: &Context, job: &DIJob) -> (Option<Aggregato
 
 /// What the caches hold of a job: its own pods and Services (restart marks not yet seen laid
 /// over), and the names of those its label names but another UID controls.
+#[derive(Default)]
 pub(crate) struct Members {
     pub(crate) pods: Vec<Pod>,
     pub(crate) services: Vec<Service>,
@@ -61,4 +63,14 @@ pub(crate) fn members(ctx: &Context, job: &DIJob) -> Members {
     let mut services: Vec<Service> = services.owned.iter().map(|s| s.to_service()).collect();
     ctx.marks.overlay(&namespace, &mut services);
     Members { pods: pods.owned.iter().map(|p| p.to_pod()).collect(), services, taken }
+}
+
+/// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).
+pub(crate) async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
+    let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let stored = api.get_metadata_opt(&job.name_any()).await.map_err(|source| Error::ReadJob { source })?;
+    match stored {
+        Some(stored) if stored.metadata.resource_version == job.metadata.resource_version => Ok(()),
+        _ => Err(Error::StaleJob),
+    }
 }

@@ -9,10 +9,11 @@ use di_api::validation::validate_dijob;
 use kube::runtime::events::EventType;
 
 use crate::context::{Context, publish_on};
+use crate::decision::Action;
 use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
-use crate::members::{aggregator_config, members};
+use crate::members::{Members, aggregator_config, confirm_current};
 use crate::queue::multikueue::dispatch;
 
 /// The one reason of what a dispatched job says here, the message saying why.
@@ -26,7 +27,8 @@ pub(crate) async fn pass(ctx: &Arc<Context>, job: &DIJob) -> Result<Requeue, Err
         publish_on(ctx, &job, EventType::Warning, NOT_DISPATCHED, "Dispatch", Some(note));
         return Ok(Requeue::await_change());
     }
-    let members = members(ctx, &job);
+    // No pod or Service of its own here.
+    let members = Members::default();
     let (config, missing) = aggregator_config(ctx, &job);
     let mut world = members.world();
     (world.aggregator_config, world.missing_aggregator_config) = (config.as_ref(), missing);
@@ -41,6 +43,13 @@ pub(crate) async fn pass(ctx: &Arc<Context>, job: &DIJob) -> Result<Requeue, Err
     };
     if let Some(note) = dispatched.note {
         publish_on(ctx, &job, EventType::Warning, NOT_DISPATCHED, "Dispatch", Some(note));
+    }
+    // A Workload made again (Kueue may have dropped a finished one), or made inactive (which
+    // has MultiKueue take the job from its worker), only on the job as stored: the cache may not
+    // show its last status or resume yet.
+    let drastic = |a: &Action| matches!(a, Action::CreateWorkload(_) | Action::SetWorkloadActive { active: false, .. });
+    if dispatched.actions.iter().any(drastic) {
+        confirm_current(ctx, &job).await?;
     }
     execute(ctx, &job, &dispatched.actions).await?;
     Ok(Requeue::await_change())

@@ -12,7 +12,7 @@ use di_api::{DIJob, Phase};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use crate::context::{Context, publish, publish_on};
@@ -21,7 +21,7 @@ use crate::decision::{Action, Plan};
 use crate::dispatch::Requeue;
 use crate::error::Error;
 use crate::execute::execute;
-use crate::members::{aggregator_config, members};
+use crate::members::{aggregator_config, confirm_current, members};
 use crate::order::{admitted_now, deletes_by_spec, recreates_coordinator};
 use crate::pace;
 use crate::plan;
@@ -243,16 +243,6 @@ fn held_elsewhere(ctx: &Context, namespace: &str, uid: &str, actions: &[Action])
         held.extend(holder.map(|h| (name, h)));
     }
     held
-}
-
-/// Fails with `StaleJob` unless the cached job is the stored one (a quorum read).
-async fn confirm_current(ctx: &Context, job: &DIJob) -> Result<(), Error> {
-    let api: Api<DIJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let stored = api.get_metadata_opt(&job.name_any()).await.map_err(|source| Error::ReadJob { source })?;
-    match stored {
-        Some(stored) if stored.metadata.resource_version == job.metadata.resource_version => Ok(()),
-        _ => Err(Error::StaleJob),
-    }
 }
 
 /// A spec the reconciler cannot act on (possible only without the webhook): requeueing cannot fix

@@ -137,12 +137,9 @@ pub fn queue_of(ctx: &Context, job: &DIJob) -> Option<Queue> {
     let workload = kueue
         .workloads
         .get(&ObjectRef::new_with(&name, queue::workload_kind()).within(&namespace))
-        .filter(|w| {
-            let controllers = || w.owner_references().iter().filter(|o| o.controller == Some(true));
-            // Or the one MultiKueue made for this copy of a dispatched job, not adopted yet.
-            controllers().any(|o| o.uid == uid) || (job.prebuilt_workload().is_some() && controllers().next().is_none())
-        })
-        .map(|w| serde_json::to_value(&*w).unwrap_or_default());
+        .map(|w| serde_json::to_value(&*w).unwrap_or_default())
+        // Or the one MultiKueue made for this copy of a dispatched job, not adopted yet.
+        .filter(|w| queue::multikueue::owned_by(w, &uid) || queue::multikueue::made_for(w, job));
     let collectors = collector_workloads(kueue, job, &namespace, &uid);
     if !queued {
         // Left from when the job was in a queue: they go (`queue::attach`).

@@ -212,6 +212,39 @@ pub fn obey(job: &DIJob, world: &World, phase: Option<Phase>) -> Vec<Action> {
     actions
 }
 
+/// The first Workload of a job in queue `name` (of `priority`) made of `sets`, or why it cannot be
+/// made yet (a condition's reason and message).
+fn first_workload(
+    job: &DIJob,
+    world: &World,
+    (name, priority): (&str, Option<&(String, i32)>),
+    sets: &[workload::PodSet],
+    settings: &Settings,
+) -> Result<Result<Value, (&'static str, String)>, BuildError> {
+    if let Some(config) = &world.missing_aggregator_config {
+        // Its learners cannot be built yet: a Workload without them would be admitted short.
+        return Ok(Err(("Pending", format!("the job's Workload waits for its learners' AggregatorConfig {config}"))));
+    }
+    if sets.len() > MAX_POD_SETS {
+        let message = format!(
+            "the job has {} kinds of pods (tasks, or roles and their shapes) and a Kueue Workload holds at most \
+             {MAX_POD_SETS}: merge tasks, or remove the label {QUEUE_LABEL}",
+            sets.len()
+        );
+        return Ok(Err(("TooManyPodSets", message)));
+    }
+    Ok(Ok(workload::made_of(job, name, priority, sets, settings)?))
+}
+
+/// The write that makes `workload` active or not as `active` says, if it is not yet.
+fn activation(workload: &Value, active: bool) -> Option<Action> {
+    (workload["spec"]["active"].as_bool().unwrap_or(true) != active).then(|| Action::SetWorkloadActive {
+        name: metadata(workload, "name"),
+        resource_version: metadata(workload, "resourceVersion"),
+        active,
+    })
+}
+
 /// Deletes `workload` as read (its UID and resourceVersion: not a newer one, nor one Kueue has
 /// changed since).
 fn delete_workload(workload: &Value) -> Action {
@@ -241,8 +274,9 @@ pub fn attach(
     };
     let Some(name) = queue_name(job) else {
         // A Workload left from when the job was in a queue: it goes, with what it waits for; a
-        // collector's once its pod no longer may run on it.
-        if let Some(workload) = workload {
+        // collector's once its pod no longer may run on it. Never MultiKueue's, which is its to
+        // take back (the webhook keeps a copy's queue).
+        if let Some(workload) = workload.as_ref().filter(|_| job.prebuilt_workload().is_none()) {
             plan.actions.push(delete_workload(workload));
         }
         plan.actions.extend(collectors::given_back(job, world, collectors));
@@ -263,24 +297,11 @@ pub fn attach(
         if let Some(prebuilt) = job.prebuilt_workload() {
             // MultiKueue makes it before the job; one gone is MultiKueue taking the job back.
             say(plan, true, "Pending", &format!("the job waits for the Workload MultiKueue made for it, {prebuilt}"));
-        } else if let Some(config) = &world.missing_aggregator_config {
-            // Its learners cannot be built yet: a Workload without them would be admitted short.
-            say(
-                plan,
-                true,
-                "Pending",
-                &format!("the job's Workload waits for its learners' AggregatorConfig {config}"),
-            );
-        } else if sets.len() > MAX_POD_SETS {
-            let message = format!(
-                "the job has {} kinds of pods (tasks, or roles and their shapes) and a Kueue Workload holds at most \
-                 {MAX_POD_SETS}: merge tasks, or remove the label {QUEUE_LABEL}",
-                sets.len()
-            );
-            say(plan, true, "TooManyPodSets", &message);
         } else {
-            let made = workload::made_of(job, name, priority.as_ref(), &sets, settings)?;
-            plan.actions.insert(0, Action::CreateWorkload(Box::new(made)));
+            match first_workload(job, world, (name, priority.as_ref()), &sets, settings)? {
+                Ok(made) => plan.actions.insert(0, Action::CreateWorkload(Box::new(made))),
+                Err((reason, message)) => say(plan, true, reason, &message),
+            }
         }
         return Ok(held);
     };
@@ -330,15 +351,9 @@ pub fn attach(
     // their Workload's activation do; resumed, it queues again. So does one admitted from a
     // queue it has since left (relabelled as Kueue admitted it): once its eviction is over, its
     // Workload is made anew in its new queue (the held case above).
-    let in_its_queue = workload["spec"]["queueName"] == name;
-    let activated = (!job.spec.is_suspended() && in_its_queue) || finished.is_some();
-    if workload["spec"]["active"].as_bool().unwrap_or(true) != activated {
-        plan.actions.push(Action::SetWorkloadActive {
-            name: metadata(workload, "name"),
-            resource_version: metadata(workload, "resourceVersion"),
-            active: activated,
-        });
-    }
+    // (MultiKueue's Workload is in the queue MultiKueue chose, which the job's copy cannot leave.)
+    let in_its_queue = workload["spec"]["queueName"] == name || job.prebuilt_workload().is_some();
+    plan.actions.extend(activation(workload, (!job.spec.is_suspended() && in_its_queue) || finished.is_some()));
     let core_admitted = matches!(standing(name, queue), Standing::Admitted { .. });
     let core_priority = workload["spec"]["priority"].as_i64().unwrap_or(0);
     let queued =

@@ -9,7 +9,7 @@ use di_api::Phase;
 use di_api::contract::kueue::{MULTIKUEUE, PREBUILT_WORKLOAD};
 use di_core::desired::Settings;
 use di_core::plan::Action;
-use di_core::queue::multikueue::{cluster, dispatch, owned_by};
+use di_core::queue::multikueue::{cluster, dispatch, made_for, owned_by};
 use di_core::queue::{Queue, workload_name};
 use kube::ResourceExt;
 use queued::{admitted, decide_in, kueue, queued_job};
@@ -102,7 +102,25 @@ fn on_a_worker_the_copy_adopts_the_workload_multikueue_made_and_runs_as_admitted
     let mut prebuilt = admitted(&job);
     prebuilt["metadata"]["name"] = json!("dijob-j-managerx");
     prebuilt["metadata"]["ownerReferences"] = json!(null);
+    prebuilt["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] = json!("multikueue");
     assert!(!owned_by(&prebuilt, "job-uid"));
+    assert!(made_for(&prebuilt, &job));
+    // Not one MultiKueue made for this job: none is taken, whatever its name.
+    for (field, value) in [
+        ("origin", json!(null)),
+        ("job", json!("other")),
+        ("queue", json!("elsewhere")),
+        ("owner", json!([{"controller": true, "uid": "x"}])),
+    ] {
+        let mut other = prebuilt.clone();
+        match field {
+            "origin" => other["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] = value,
+            "job" => other["metadata"]["labels"]["dijob-name"] = value,
+            "queue" => other["spec"]["queueName"] = value,
+            _ => other["metadata"]["ownerReferences"] = value,
+        }
+        assert!(!made_for(&other, &job), "{field}");
+    }
     let plan = decide_in(&job, &[], &[], kueue(Some(prebuilt.clone())));
     let adopt = plan.actions.iter().find_map(|a| match a {
         Action::AdoptWorkload { name, resource_version, owner } => Some((name, resource_version, owner)),

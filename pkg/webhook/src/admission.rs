@@ -10,6 +10,7 @@ use di_api::validation::{
 use di_api::{AggregatorConfig, DIJob};
 
 use crate::claims::Claims;
+use crate::queues::Queues;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde::Serialize;
@@ -101,6 +102,12 @@ fn patch_between<T: Serialize>(before: &T, after: &T) -> json_patch::Patch {
 
 /// The mutating webhook: fills in defaults.
 pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    mutate_with(request, None)
+}
+
+/// As [`mutate`], and a new job in a queue that sends its Workloads through MultiKueue (as
+/// `queues` know them) is given `spec.managedBy` for it, unless it names who runs it itself.
+pub fn mutate_with(request: &AdmissionRequest<DynamicObject>, queues: Option<&Queues>) -> AdmissionResponse {
     if matches!(request.operation, Operation::Delete | Operation::Connect) {
         return AdmissionResponse::from(request);
     }
@@ -110,6 +117,9 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
             Ok(job) => {
                 let mut defaulted = job.clone();
                 default_dijob(&mut defaulted);
+                if let Some(queues) = queues.filter(|_| request.operation == Operation::Create) {
+                    dispatch_through(&mut defaulted, request.namespace.as_deref().unwrap_or_default(), queues);
+                }
                 patch_between(&job, &defaulted)
             }
             Err(denial) => return *denial,
@@ -130,6 +140,17 @@ pub fn mutate(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
     match response.with_patch(patch) {
         Ok(r) => r,
         Err(e) => deny(request, 500, "InternalError", format!("cannot encode the defaults as a patch: {e}")),
+    }
+}
+
+/// Gives `job` to MultiKueue when its queue sends Workloads through it; not a copy MultiKueue
+/// made on a worker, nor a job that says who runs it.
+fn dispatch_through(job: &mut DIJob, namespace: &str, queues: &Queues) {
+    if job.spec.managed_by.is_some() || job.prebuilt_workload().is_some() {
+        return;
+    }
+    if job.queue_name().is_some_and(|queue| queues.dispatches(namespace, queue)) {
+        job.spec.managed_by = Some(di_api::contract::kueue::MULTIKUEUE.into());
     }
 }
 

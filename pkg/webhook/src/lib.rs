@@ -5,5 +5,6 @@ pub mod admission;
 pub mod certs;
 pub mod claims;
 pub mod limits;
+pub mod queues;
 pub mod server;
 pub mod tls;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::admission;
 use crate::claims::Claims;
 use crate::limits::{Lane, Lanes, Limits};
+use crate::queues::Queues;
 
 pub use crate::limits::MAX_BODY;
 
@@ -29,12 +30,13 @@ pub fn router() -> Router {
 }
 
 pub fn router_with(limits: &Limits) -> Router {
-    router_checking(limits, None)
+    router_checking(limits, None, None)
 }
 
 /// The webhooks, the validating one also refusing a new job whose names another job claims
-/// (`claims`, kept from a watch of the jobs).
-pub fn router_checking(limits: &Limits, claims: Option<Claims>) -> Router {
+/// (`claims`, kept from a watch of the jobs), the mutating one giving MultiKueue a new job whose
+/// queue goes through it (`queues`, kept from watches of Kueue's queues).
+pub fn router_checking(limits: &Limits, claims: Option<Claims>, queues: Option<Queues>) -> Router {
     let lanes = Lanes::new(limits);
     let deadline = limits.request;
     let route = |decide: Decide| {
@@ -47,7 +49,7 @@ pub fn router_checking(limits: &Limits, claims: Option<Claims>) -> Router {
         })
     };
     Router::new()
-        .route(MUTATE_PATH, route(Arc::new(admission::mutate)))
+        .route(MUTATE_PATH, route(Arc::new(move |request| admission::mutate_with(request, queues.as_ref()))))
         .route(VALIDATE_PATH, route(Arc::new(move |request| admission::validate_against(request, claims.as_ref()))))
         .route("/healthz", get(|| async { "ok" }))
 }

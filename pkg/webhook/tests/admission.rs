@@ -327,7 +327,7 @@ async fn a_job_whose_names_another_job_claims_is_refused() {
     .unwrap();
     let claims = Claims::listed(&[("default", "a", &tasks)]);
     let decide = |job: Value| {
-        let router = router_checking(&Limits::default(), Some(claims.clone()));
+        let router = router_checking(&Limits::default(), Some(claims.clone()), None);
         async move {
             let body = serde_json::to_vec(&review("CREATE", "DIJob", job, None)).unwrap();
             let response = router.oneshot(Request::post("/validate").body(Body::from(body)).unwrap()).await.unwrap();

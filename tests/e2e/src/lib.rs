@@ -1,7 +1,8 @@
 //! The end-to-end tier: a local control plane to run against (`controlplane`, `binaries`,
 //! `certs`, `delay` for latency where production has it, `capacity` for the nodes its scheduler
 //! places pods on, `kueue` for the queues beside it) and what the suite needs to drive a cluster (`cluster`, `nodes`,
-//! `orchestrator`), and the ports its processes bind (`ports`).
+//! `orchestrator`, `webhooks` to register a local one's), and the ports its processes bind
+//! (`ports`).
 
 pub mod binaries;
 pub mod capacity;
@@ -16,3 +17,4 @@ pub mod nodes;
 pub mod orchestrator;
 pub mod ports;
 pub mod scenario;
+pub mod webhooks;

@@ -58,6 +58,12 @@ async fn the_orchestrator_reads_only_its_own_secret_and_what_its_passes_need() {
     // The node of a collector stuck terminating, read to know whether it is lost.
     assert!(may(&reviews, "get", "nodes", "", "worker-1").await, "a stranded collector's node");
     assert!(!may(&reviews, "list", "nodes", "", "").await, "no node listed");
+    // Kueue's queues, which the mutating webhook reads to give MultiKueue's jobs to it.
+    for queues in ["localqueues.kueue.x-k8s.io", "clusterqueues.kueue.x-k8s.io", "admissionchecks.kueue.x-k8s.io"] {
+        assert!(may(&reviews, "watch", queues, "", "").await, "{queues} watched");
+    }
+    // A worker's copy of a dispatched job adopts the Workload MultiKueue made (a patch).
+    assert!(may(&reviews, "patch", "workloads.kueue.x-k8s.io", "team-a", "dijob-job-1234abcd").await);
     // A finished job's core budget is read for its owner, then deleted.
     for verb in ["create", "patch", "get", "delete"] {
         assert!(may(&reviews, verb, "poddisruptionbudgets.policy", "team-a", "job-core").await, "{verb} a core budget");

@@ -1,24 +1,27 @@
 //! Several clusters through Kueue's MultiKueue (control-plane tier): a manager and two workers,
 //! each with Kueue and an orchestrator. DIJobs submitted to the manager run on whichever worker
 //! has room, their status comes back to the manager, a worker that takes its room back sends its
-//! job elsewhere, and deleting a job on the manager deletes it on its worker.
+//! job elsewhere, a job suspended on the manager leaves its worker and comes back resumed, and
+//! deleting a job on the manager deletes it on its worker.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use di_api::contract::kueue::{MULTIKUEUE, PREBUILT_WORKLOAD};
+use di_api::contract::kueue::{MULTIKUEUE, ORCHESTRATOR, PREBUILT_WORKLOAD};
 use di_api::contract::names;
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::{TestCluster, until_watched};
+use di_e2e::cluster::{TestCluster, until_watched, within};
 use di_e2e::kueue::jobs::submit_with;
 use di_e2e::kueue::multikueue::{CHECK, Clusters, Member};
 use di_e2e::kueue::{self, TestQueue};
 use di_e2e::orchestrator::binary;
+use di_e2e::ports::free_port;
 use di_e2e::scenario::Scenario;
+use di_e2e::webhooks::{register, until_bundled};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -46,11 +49,45 @@ async fn kubectl_di(s: &Scenario, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A scenario (namespace `ns`, simulated nodes, an orchestrator) on one of the clusters.
-async fn scenario(member: &Member, ns: &str) -> Scenario {
+/// A scenario (namespace `ns`, simulated nodes, an orchestrator run with `args`) on one of the
+/// clusters.
+async fn scenario(member: &Member, ns: &str, args: &[&str]) -> Scenario {
     let cluster = TestCluster { client: member.cluster.client.clone(), kubeconfig: member.cluster.kubeconfig.clone() };
     cluster.namespace_named(ns.to_owned()).await;
-    Box::pin(Scenario::within(cluster, ns.to_owned(), &[])).await
+    Box::pin(Scenario::within(cluster, ns.to_owned(), args)).await
+}
+
+/// The manager's scenario, its orchestrator's webhooks registered with the manager's API server.
+async fn manager_scenario(member: &Member, ns: &str) -> Scenario {
+    let port = free_port().unwrap();
+    register(&member.cluster, &format!("https://127.0.0.1:{port}"), ns).await;
+    let addr = format!("--webhook-addr=127.0.0.1:{port}");
+    let manager = scenario(member, ns, &[&addr, "--webhook-hosts=127.0.0.1"]).await;
+    until_bundled(&manager.cluster).await;
+    manager
+}
+
+/// Returns once the manager's webhook gives a job in queue `queue` to MultiKueue: it reads the
+/// queues from a watch, which sees a queue made a moment ago a moment later (asked by dry runs).
+async fn until_webhook_sees(manager: &Scenario, queue: &str) {
+    let mut job: DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
+        "metadata": {"name": "probe", "labels": {di_api::contract::kueue::QUEUE_NAME: queue}},
+        "spec": {"coordinator": {"template": {"spec": manager.nodes.pod_spec()}}},
+    }))
+    .unwrap();
+    job.metadata.namespace = Some(manager.ns.clone());
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    within(WAIT, "the manager's webhook to see the MultiKueue queue", async {
+        loop {
+            let stored = manager.jobs.create(&dry, &job).await.unwrap();
+            if stored.spec.managed_by.as_deref() == Some(MULTIKUEUE) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
 }
 
 /// The manager's jobs once `done` says so of them.
@@ -71,15 +108,32 @@ async fn placements(manager: &Scenario) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
-/// Waits until `job` runs on `worker` as the manager sees it: its copied status Running and its
-/// Workload placed there.
-async fn until_runs_on(manager: &Scenario, job: &str, worker: &str) {
-    let what = format!("{job} running, as the manager sees it");
-    until_jobs(manager, &what, |jobs| {
-        jobs.iter().any(|j| j.name_any() == job && phase(j) == Some(Phase::Running)).then_some(())
+/// Waits until `job` runs on `worker` (named `name`) and the manager sees it there: the worker's
+/// copy Running, the manager's Workload placed there, and the manager's status that copy's (its
+/// coordinator's UID), not one an earlier worker wrote.
+async fn until_runs_on(manager: &Scenario, (worker, name): (&Scenario, &str), job: &str) {
+    let what = format!("{job} running on {name}");
+    let copy = until_jobs(worker, &what, |jobs| {
+        let copy = jobs.iter().find(|j| j.name_any() == job && phase(j) == Some(Phase::Running))?;
+        copy.status.as_ref()?.coordinator_uid.clone()
     })
     .await;
-    assert_eq!(placements(manager).await.get(job), Some(&Some(worker.to_owned())), "{job} on {worker}");
+    let kind = kueue::resource("Workload", "workloads");
+    let workloads: Api<DynamicObject> = Api::namespaced_with(manager.cluster.client.clone(), &manager.ns, &kind);
+    let what = format!("{job}'s Workload on the manager placed on {name}");
+    until_watched(workloads, watcher::Config::default(), kind, WAIT, &what, |all| {
+        all.iter()
+            .any(|w| w.owner_references().iter().any(|o| o.name == job) && w.data["status"]["clusterName"] == name)
+            .then_some(())
+    })
+    .await;
+    let what = format!("{job}'s status from {name} on the manager");
+    until_jobs(manager, &what, |jobs| {
+        let seen = jobs.iter().find(|j| j.name_any() == job)?;
+        let status = seen.status.as_ref()?;
+        (status.coordinator_uid.as_ref() == Some(&copy) && status.phase == Some(Phase::Running)).then_some(())
+    })
+    .await;
 }
 
 /// Waits until the worker's copy of `job` is gone.
@@ -115,18 +169,24 @@ async fn runs_there(worker: &Scenario) -> String {
 async fn multikueue_runs_each_job_on_a_worker_with_room() {
     let Some(clusters) = Clusters::start(&["worker-a", "worker-b"]).await else { return };
     let ns = format!("e2e-multikueue-{}", std::process::id());
-    let manager = scenario(&clusters.manager, &ns).await;
-    let (a, b) = (scenario(clusters.worker("worker-a"), &ns).await, scenario(clusters.worker("worker-b"), &ns).await);
+    let manager = manager_scenario(&clusters.manager, &ns).await;
+    let worker = |name| scenario(clusters.worker(name), &ns, &[]);
+    let (a, b) = (worker("worker-a").await, worker("worker-b").await);
     let _queues = (
         TestQueue::checked(&manager.cluster.client, &ns, "team", &ROOM_FOR_ALL, CHECK).await,
         TestQueue::create(&a.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
         TestQueue::create(&b.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
     );
-    for name in ["first", "second", "third"] {
-        submit_with(&manager, name, "team", 1, json!({"managedBy": MULTIKUEUE})).await;
-    }
-    // One that does not say MultiKueue runs it is never dispatched, nor run on the manager.
-    submit_with(&manager, "unmarked", "team", 1, json!({})).await;
+    // Given to MultiKueue by the manager's webhook, as its queue goes through MultiKueue, or by
+    // saying so.
+    until_webhook_sees(&manager, "team").await;
+    submit_with(&manager, "first", "team", 1, json!({})).await;
+    submit_with(&manager, "second", "team", 1, json!({})).await;
+    submit_with(&manager, "third", "team", 1, json!({"managedBy": MULTIKUEUE})).await;
+    let stored = manager.jobs.get("first").await.unwrap();
+    assert_eq!(stored.spec.managed_by.as_deref(), Some(MULTIKUEUE), "the webhook gave it to MultiKueue");
+    // One that says this cluster's orchestrator runs it is never dispatched, nor run here.
+    submit_with(&manager, "unmarked", "team", 1, json!({"managedBy": ORCHESTRATOR})).await;
     let held = until_jobs(&manager, "the unmarked job held, in Kueue's words", |jobs| {
         let job = jobs.iter().find(|j| j.name_any() == "unmarked")?;
         let queued = di_e2e::kueue::jobs::queued(job)
@@ -168,8 +228,19 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
     }
     let described = kubectl_di(&manager, &["describe", &on_a]).await;
     assert!(described.contains("by MultiKueue to worker cluster worker-a"), "{described}");
-    let copied = manager.jobs.get(&on_a).await.unwrap();
-    assert_eq!(copied.status.as_ref().and_then(|s| s.ready_replicas), Some(2), "the worker's status, copied");
+    until_jobs(&manager, "the worker's ready pods on the manager", |jobs| {
+        let copied = jobs.iter().find(|j| j.name_any() == on_a)?;
+        (copied.status.as_ref()?.ready_replicas == Some(2)).then_some(())
+    })
+    .await;
+
+    // Its spec is the worker copy's to change; the manager's webhook says so.
+    let scale = json!({"spec": {"collector": {"replicas": 3}}});
+    let refused = manager.jobs.patch(&on_a, &PatchParams::default(), &Patch::Merge(&scale)).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("worker cluster")),
+        "a dispatched job's spec changed on the manager: {refused:?}"
+    );
 
     // The job on worker-a ends: its end reaches the manager, and the waiting job runs there.
     a.nodes.exit(&ns, &names::coordinator(&on_a), 0).await;
@@ -177,7 +248,7 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
         jobs.iter().any(|j| j.name_any() == on_a && phase(j) == Some(Phase::Succeeded)).then_some(())
     })
     .await;
-    until_runs_on(&manager, waiting, "worker-a").await;
+    until_runs_on(&manager, (&a, "worker-a"), waiting).await;
 
     // Worker-b takes its room back for work of its own (a higher priority): its DIJob is
     // evicted there, goes back to the manager, and runs on worker-a once that has room.
@@ -197,10 +268,22 @@ async fn multikueue_runs_each_job_on_a_worker_with_room() {
     let back = placements(&manager).await;
     assert_ne!(back.get(&on_b), Some(&Some("worker-b".to_owned())), "{on_b} left worker-b: {back:?}");
     a.nodes.exit(&ns, &names::coordinator(waiting), 0).await;
-    until_runs_on(&manager, &on_b, "worker-a").await;
+    until_runs_on(&manager, (&a, "worker-a"), &on_b).await;
     assert_eq!(runs_there(&a).await, on_b);
-    let restarted = manager.jobs.get(&on_b).await.unwrap();
-    assert_eq!(restarted.status.as_ref().and_then(|s| s.restarts).unwrap_or(0), 0, "an eviction is no failure");
+
+    // Suspended on the manager, its copy goes from its worker; resumed, it is dispatched again.
+    let suspend = |on: bool| json!({"spec": {"suspend": on}});
+    manager.jobs.patch(&on_b, &PatchParams::default(), &Patch::Merge(&suspend(true))).await.unwrap();
+    until_gone(&a, &on_b).await;
+    manager.jobs.patch(&on_b, &PatchParams::default(), &Patch::Merge(&suspend(false))).await.unwrap();
+    until_runs_on(&manager, (&a, "worker-a"), &on_b).await;
+    // Who runs it is fixed, by the API server itself too (its schema's rule, webhook or not).
+    let taken = json!({"spec": {"managedBy": null}});
+    let refused = manager.jobs.patch(&on_b, &PatchParams::default(), &Patch::Merge(&taken)).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("managedBy")),
+        "{refused:?}"
+    );
 
     // Deleted on the manager, it goes from its worker.
     manager.jobs.delete(&on_b, &DeleteParams::default()).await.unwrap();

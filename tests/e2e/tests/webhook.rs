@@ -8,45 +8,15 @@ use di_api::DIJob;
 use di_e2e::binaries::repo_root;
 use di_e2e::cluster::{MANAGER, connect, within};
 use di_e2e::orchestrator::LocalOrchestrator;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
+use di_e2e::webhooks::{CONFIGURATION, register, until_bundled};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::runtime::wait::await_condition;
 use serde_json::json;
-
-/// The webhook configurations' name: the one the orchestrator's RBAC lets it write its CA into.
-const CONFIGURATION: &str = "di-orchestrator";
 
 /// Held by a test while its webhooks are registered: the tests of this file take turns with the
 /// one configuration name.
 static REGISTERED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The webhook configurations of the install manifests, pointed at a loopback URL and limited to
-/// one namespace so the rest of the suite never depends on this test's webhook.
-fn configurations(url: &str, namespace: &str) -> (serde_json::Value, serde_json::Value) {
-    let hook = |name: &str, path: &str| {
-        json!({
-            "name": name,
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5,
-            "clientConfig": {"url": format!("{url}{path}")},
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "rules": [{"apiGroups": ["diengine.opendilab.org"], "apiVersions": ["v1alpha1", "v2alpha1"],
-                       "operations": ["CREATE", "UPDATE"], "resources": ["dijobs", "aggregatorconfigs"], "scope": "Namespaced"}],
-        })
-    };
-    let meta = json!({"name": CONFIGURATION});
-    (
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": meta,
-               "webhooks": [hook("mdijob.diengine.opendilab.org", "/mutate")]}),
-        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": meta,
-               "webhooks": [hook("vdijob.diengine.opendilab.org", "/validate")]}),
-    )
-}
 
 /// The webhooks the API server calls for one test's namespace: on kind the deployed orchestrator's
 /// (the install manifests'); on the local control plane a local orchestrator's, registered by URL
@@ -60,37 +30,18 @@ struct Webhooks {
 
 impl Webhooks {
     async fn serve(cluster: &di_e2e::cluster::TestCluster, ns: &str) -> Webhooks {
-        let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(cluster.client.clone());
-        let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client.clone());
         let turn = REGISTERED.lock().await;
         let local = !di_e2e::nodes::real_nodes();
         let name = CONFIGURATION.to_owned();
         let mut orchestrator = None;
         if local {
             let port = di_e2e::ports::free_port().unwrap();
-            let (mutating, validating) = configurations(&format!("https://127.0.0.1:{port}"), ns);
-            let apply = PatchParams::apply(MANAGER).force();
-            mutating_api.patch(&name, &apply, &Patch::Apply(&mutating)).await.unwrap();
-            validating_api.patch(&name, &apply, &Patch::Apply(&validating)).await.unwrap();
+            register(cluster, &format!("https://127.0.0.1:{port}"), ns).await;
             let args = [format!("--webhook-addr=127.0.0.1:{port}"), "--webhook-hosts=127.0.0.1".into()];
             orchestrator = Some(Box::pin(LocalOrchestrator::start_with(cluster, ns, "", &args)).await);
         }
         // The orchestrator writes its CA into both configurations.
-        fn bundled<'a>(hooks: impl Iterator<Item = &'a WebhookClientConfig>) -> bool {
-            let bundles: Vec<_> = hooks.map(|c| c.ca_bundle.as_ref().is_some_and(|b| !b.0.is_empty())).collect();
-            !bundles.is_empty() && bundles.iter().all(|b| *b)
-        }
-        let mutating_bundled = |config: Option<&MutatingWebhookConfiguration>| {
-            config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
-        };
-        let validating_bundled = |config: Option<&ValidatingWebhookConfiguration>| {
-            config.and_then(|c| c.webhooks.as_ref()).is_some_and(|w| bundled(w.iter().map(|h| &h.client_config)))
-        };
-        let both = async {
-            await_condition(mutating_api.clone(), &name, mutating_bundled).await.unwrap();
-            await_condition(validating_api.clone(), &name, validating_bundled).await.unwrap();
-        };
-        within(Duration::from_secs(60), "the CA bundle in the webhook configurations", both).await;
+        until_bundled(cluster).await;
         Webhooks { orchestrator, client: cluster.client.clone(), name, _turn: turn }
     }
 

@@ -187,10 +187,13 @@ fn describe_text() {
 fn a_dispatched_job_shows_its_worker() {
     let mut running = job("cartpole", "rl", json!({"phase": "Running", "readyReplicas": 6}));
     running.spec.managed_by = Some(di_api::contract::kueue::MULTIKUEUE.into());
-    let on = Workers([(("rl".to_string(), "cartpole".to_string()), Some("gpu-west".to_string()))].into());
+    let on = Workers {
+        by_job: [(("rl".to_string(), "cartpole".to_string()), Some("gpu-west".to_string()))].into(),
+        unknown: false,
+    };
     let row = |workers: &Workers| jobs_table(std::slice::from_ref(&running), workers, false, false, now());
     assert!(row(&on).contains("Running (on gpu-west)"), "{}", row(&on));
-    let back = Workers([(("rl".to_string(), "cartpole".to_string()), None)].into());
+    let back = Workers { by_job: [(("rl".to_string(), "cartpole".to_string()), None)].into(), unknown: false };
     assert!(row(&back).contains("Pending (dispatching)"), "{}", row(&back));
     let text = describe(&running, &on, &[], &[], now());
     assert!(text.contains("Dispatched:         by MultiKueue to worker cluster gpu-west"), "{text}");
@@ -198,4 +201,6 @@ fn a_dispatched_job_shows_its_worker() {
     done.status.as_mut().unwrap().phase = Some(di_api::Phase::Succeeded);
     let finished = jobs_table(std::slice::from_ref(&done), &back, false, false, now());
     assert!(finished.contains("Succeeded"), "{finished}");
+    let unreadable = Workers { unknown: true, ..Workers::default() };
+    assert!(row(&unreadable).contains("Running (worker unknown)"), "{}", row(&unreadable));
 }

@@ -4,7 +4,7 @@
 
 use super::Errors;
 use super::naming::quoted;
-use crate::contract::kueue::{MULTIKUEUE, ORCHESTRATOR, QUEUE_NAME};
+use crate::contract::kueue::{MULTIKUEUE, ORCHESTRATOR, PREBUILT_WORKLOAD, QUEUE_NAME};
 use crate::dijob::DIJob;
 
 const PATH: &str = "spec.managedBy";
@@ -32,6 +32,13 @@ pub(super) fn check(job: &DIJob, errs: &mut Errors) {
             ),
         );
     }
+    if job.dispatched() && job.prebuilt_workload().is_some() {
+        errs.add(
+            format!("metadata.annotations[{PREBUILT_WORKLOAD}]"),
+            "Forbidden: MultiKueue names the Workload of the copy it makes on a worker, which has no \
+             spec.managedBy; a job to dispatch has neither the annotation nor the Workload: remove it",
+        );
+    }
     let one_workload = job.dispatched() || job.prebuilt_workload().is_some();
     if one_workload && job.spec.collector.as_ref().is_some_and(|c| c.min_replicas.is_some()) {
         errs.add(
@@ -52,6 +59,13 @@ pub(super) fn check_update(old: &DIJob, new: &DIJob, errs: &mut Errors) {
         errs.add(PATH, "Forbidden: who runs the job is fixed when it is made; delete and re-create the DIJob");
         return;
     }
+    if old.prebuilt_workload().is_some() && old.spec.is_suspended() != new.spec.is_suspended() {
+        errs.add(
+            "spec.suspend",
+            "Forbidden: this is MultiKueue's copy of a job dispatched from a manager cluster, which would take the \
+             Workload back and dispatch it again: suspend the job on the manager",
+        );
+    }
     if !old.dispatched() {
         return;
     }
@@ -65,4 +79,29 @@ pub(super) fn check_update(old: &DIJob, new: &DIJob, errs: &mut Errors) {
              (its coordinator scales it there too), or suspend it here (spec.suspend) and delete and re-create it",
         );
     }
+}
+
+/// The metadata MultiKueue goes by, which no update may change: the Workload a worker's copy
+/// runs on (its annotation, never added to a job or taken off one), and the queue of a
+/// dispatched job or of a copy, whose Workload stays in the queue it was made for. Answers
+/// whether it ruled on the queue (the ordinary queue rule then has nothing to add).
+pub(super) fn check_metadata(old: &DIJob, new: &DIJob, errs: &mut Errors) -> bool {
+    if old.prebuilt_workload() != new.prebuilt_workload() {
+        errs.add(
+            format!("metadata.annotations[{PREBUILT_WORKLOAD}]"),
+            "Forbidden: MultiKueue sets it on the copy it makes on a worker, and the copy runs on that Workload \
+             alone: leave it as it is",
+        );
+    }
+    if !old.dispatched() && old.prebuilt_workload().is_none() {
+        return false;
+    }
+    if old.queue_name() != new.queue_name() {
+        errs.add(
+            format!("metadata.labels[{QUEUE_NAME}]"),
+            "Forbidden: the job is dispatched by MultiKueue, whose Workload stays in the queue it was made for: \
+             delete the job and submit it again to another queue",
+        );
+    }
+    true
 }

@@ -5,12 +5,14 @@
 //! made for it (named by its annotation) and runs as any queued job does.
 
 use di_api::DIJob;
+use di_api::contract::kueue::MULTIKUEUE_ORIGIN;
+use di_api::contract::labels;
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::report::{Report, report};
-use super::workload::{made_of, pod_sets, wanted_pods};
-use super::{MAX_POD_SETS, QUEUE_LABEL, core_pods, is_true, metadata, queue_name};
+use super::workload::{pod_sets, wanted_pods};
+use super::{activation, core_pods, first_workload, is_true, metadata, queue_name};
 use crate::decision::{Action, Queue, World};
 use crate::desired::{BuildError, Settings};
 
@@ -19,6 +21,22 @@ pub fn owned_by(workload: &Value, uid: &str) -> bool {
     workload["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|refs| refs.iter().any(|r| r["controller"] == json!(true) && r["uid"] == uid))
+}
+
+/// On a worker: whether `workload` is the one MultiKueue made for this copy of a dispatched job,
+/// not yet the job's: the name its annotation gives, made by MultiKueue (its origin label) for
+/// a job of this name (the label MultiKueue copied from the manager's) in the job's queue, and
+/// no one's yet. Any other Workload is not taken, whatever its name.
+pub fn made_for(workload: &Value, job: &DIJob) -> bool {
+    let labels = &workload["metadata"]["labels"];
+    let uncontrolled = workload["metadata"]["ownerReferences"]
+        .as_array()
+        .is_none_or(|refs| !refs.iter().any(|r| r["controller"] == json!(true)));
+    job.prebuilt_workload().is_some_and(|name| workload["metadata"]["name"] == name)
+        && labels[MULTIKUEUE_ORIGIN].is_string()
+        && labels[labels::JOB_NAME] == job.name_any().as_str()
+        && queue_name(job).is_some_and(|queue| workload["spec"]["queueName"] == queue)
+        && uncontrolled
 }
 
 /// On a worker: the Workload MultiKueue made for this copy of a job, taken as the job's own
@@ -64,31 +82,14 @@ pub fn dispatch(job: &DIJob, world: &World, settings: &Settings) -> Result<Dispa
         if finished {
             return Ok(done);
         }
-        if let Some(config) = &world.missing_aggregator_config {
-            done.note = Some(format!("the job's Workload waits for its learners' AggregatorConfig {config}"));
-            return Ok(done);
-        }
         let sets = pod_sets(&core_pods(job, wanted_pods(job, world.aggregator_config, settings)?));
-        if sets.len() > MAX_POD_SETS {
-            let message = format!(
-                "the job has {} kinds of pods and a Kueue Workload holds at most {MAX_POD_SETS}: merge tasks, or \
-                 remove the label {QUEUE_LABEL}",
-                sets.len()
-            );
-            done.note = Some(message);
-            return Ok(done);
+        match first_workload(job, world, (name, priority.as_ref()), &sets, settings)? {
+            Ok(made) => done.actions.push(Action::CreateWorkload(Box::new(made))),
+            Err((_, message)) => done.note = Some(message),
         }
-        done.actions.push(Action::CreateWorkload(Box::new(made_of(job, name, priority.as_ref(), &sets, settings)?)));
         return Ok(done);
     };
-    let active = !job.spec.is_suspended() || finished;
-    if workload["spec"]["active"].as_bool().unwrap_or(true) != active {
-        done.actions.push(Action::SetWorkloadActive {
-            name: metadata(workload, "name"),
-            resource_version: metadata(workload, "resourceVersion"),
-            active,
-        });
-    }
+    done.actions.extend(activation(workload, !job.spec.is_suspended() || finished));
     // Evicted here (suspended, or sent back by a worker): the quota goes back, after which
     // MultiKueue removes the worker's copy and, while the Workload is active, dispatches it again.
     if is_true(workload, "Evicted")
