@@ -152,3 +152,49 @@ fn on_a_worker_the_copy_never_makes_or_remakes_a_workload() {
     let held = decide_in(&job, &[], &[], kueue(Some(other)));
     assert!(!held.actions.iter().any(|a| matches!(a, Action::DeleteWorkload { .. })), "{:?}", held.actions);
 }
+
+/// A task job (DI-orchestrator 1.x's) takes the same road: a Workload of one podSet per task on
+/// the manager, and on a worker its copy's pods once MultiKueue's Workload is adopted.
+#[test]
+fn task_jobs_are_dispatched_and_run_alike() {
+    let template = json!({"spec": {"containers": [{"name": "di-container", "image": "ding"}]}});
+    let mut job: di_api::DIJob = serde_json::from_value(json!({
+        "apiVersion": "diengine.opendilab.org/v2alpha1", "kind": "DIJob",
+        "metadata": {"name": "cp", "namespace": "ns", "uid": "job-uid", "labels": {"kueue.x-k8s.io/queue-name": "team"}},
+        "spec": {"managedBy": MULTIKUEUE, "tasks": [
+            {"type": "learner", "template": template},
+            {"type": "collector", "replicas": 2, "template": template},
+        ]},
+    }))
+    .unwrap();
+    di_api::defaults::default_dijob(&mut job);
+    let made = dispatched(&job, kueue(None));
+    let [Action::CreateWorkload(w)] = &made.actions[..] else { panic!("{:?}", made.actions) };
+    let sets: Vec<(&str, u64)> = w["spec"]["podSets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(sets, [("learner", 1), ("collector", 2)]);
+
+    // Its copy on a worker: managedBy gone, MultiKueue's Workload (the manager's, admitted).
+    let mut copy = job.clone();
+    copy.spec.managed_by = None;
+    copy.annotations_mut().insert(PREBUILT_WORKLOAD.into(), w["metadata"]["name"].as_str().unwrap().into());
+    let mut prebuilt = (**w).clone();
+    prebuilt["metadata"]["ownerReferences"] = json!(null);
+    prebuilt["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] = json!("multikueue");
+    prebuilt["metadata"]["resourceVersion"] = json!("3");
+    prebuilt["status"] = json!({"conditions": [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "", "lastTransitionTime": "2026-11-22T09:00:00Z"},
+    ], "admission": {"clusterQueue": "gpus", "podSetAssignments": [
+        {"name": "learner", "count": 1}, {"name": "collector", "count": 2},
+    ]}});
+    assert!(made_for(&prebuilt, &copy));
+    let plan = decide_in(&copy, &[], &[], kueue(Some(prebuilt)));
+    assert!(plan.actions.iter().any(|a| matches!(a, Action::AdoptWorkload { .. })), "{:?}", plan.actions);
+    let pods = plan.actions.iter().filter(|a| matches!(a, Action::CreatePod(_))).count();
+    assert_eq!(pods, 3, "its learner and two collectors: {:?}", created(&plan.actions));
+}
