@@ -52,5 +52,5 @@ pub(crate) async fn pass(ctx: &Arc<Context>, job: &DIJob) -> Result<Requeue, Err
         confirm_current(ctx, &job).await?;
     }
     execute(ctx, &job, &dispatched.actions).await?;
-    Ok(Requeue::await_change())
+    Ok(dispatched.requeue_after.map_or_else(Requeue::await_change, Requeue::after))
 }

@@ -195,18 +195,27 @@ impl Plan {
     /// A finished job's `ttlSecondsAfterFinished`, role job or task job alike: the job is deleted
     /// once it has passed, and looked at again when it will.
     pub(crate) fn expire(&mut self, job: &DIJob, now: Timestamp) {
-        let Some(ttl) = job.spec.ttl_seconds_after_finished else { return };
-        if !self.status.phase.is_some_and(Phase::is_finished) {
-            return;
-        }
-        let finished = status::finished_at(&DIJob { status: Some(self.status.clone()), ..job.clone() }).unwrap_or(now);
-        let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
-        match expires.duration_since(now) {
-            left if left.is_positive() => {
-                sooner(&mut self.requeue_after, left.unsigned_abs());
-            }
-            _ => self.actions.push(Action::DeleteJob),
-        }
+        expire(
+            &DIJob { status: Some(self.status.clone()), ..job.clone() },
+            now,
+            &mut self.actions,
+            &mut self.requeue_after,
+        );
+    }
+}
+
+/// `job`'s `ttlSecondsAfterFinished`, by the status it has: deleted once it has passed (an
+/// action added), looked at again when it will (`requeue` made no later).
+pub(crate) fn expire(job: &DIJob, now: Timestamp, actions: &mut Vec<Action>, requeue: &mut Option<Duration>) {
+    let Some(ttl) = job.spec.ttl_seconds_after_finished else { return };
+    if !job.status.as_ref().and_then(|s| s.phase).is_some_and(Phase::is_finished) {
+        return;
+    }
+    let finished = status::finished_at(job).unwrap_or(now);
+    let expires = finished + SignedDuration::from_secs(ttl.max(0) as i64);
+    match expires.duration_since(now) {
+        left if left.is_positive() => sooner(requeue, left.unsigned_abs()),
+        _ => actions.push(Action::DeleteJob),
     }
 }
 

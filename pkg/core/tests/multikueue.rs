@@ -198,3 +198,24 @@ fn task_jobs_are_dispatched_and_run_alike() {
     let pods = plan.actions.iter().filter(|a| matches!(a, Action::CreatePod(_))).count();
     assert_eq!(pods, 3, "its learner and two collectors: {:?}", created(&plan.actions));
 }
+
+/// On the manager a dispatched job's TTL runs from the end its worker's copy reported: looked at
+/// again when it will pass, deleted once it has (MultiKueue then removes the worker's copy).
+#[test]
+fn a_dispatched_job_goes_after_its_ttl_from_the_end_its_worker_reported() {
+    let mut job = dispatched_job();
+    job.spec.ttl_seconds_after_finished = Some(600);
+    job.status = Some(
+        serde_json::from_value(json!({"phase": "Succeeded", "conditions": [
+            {"type": "Succeeded", "status": "True", "lastTransitionTime": now().to_string()},
+        ]}))
+        .unwrap(),
+    );
+    let waiting = dispatched(&job, kueue(None));
+    assert!(waiting.actions.is_empty(), "{:?}", waiting.actions);
+    assert_eq!(waiting.requeue_after, Some(std::time::Duration::from_secs(600)));
+    let mut later = world(&[], &[], now() + k8s_openapi::jiff::SignedDuration::from_secs(601));
+    later.queue = Some(kueue(None));
+    let due = dispatch(&job, &later, &Settings::default()).unwrap();
+    assert!(matches!(&due.actions[..], [Action::DeleteJob]), "{:?}", due.actions);
+}

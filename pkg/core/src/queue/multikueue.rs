@@ -57,6 +57,8 @@ pub(super) fn adopt(job: &DIJob, workload: &Value, settings: &Settings) -> Resul
 #[derive(Debug, Default)]
 pub struct Dispatch {
     pub actions: Vec<Action>,
+    /// When to look again (a finished job's TTL), if before a change would.
+    pub requeue_after: Option<std::time::Duration>,
     /// Why the job is not on its way to a worker, for an event: its status is the worker's to
     /// write, even before there is one.
     pub note: Option<String>,
@@ -65,9 +67,12 @@ pub struct Dispatch {
 /// On the manager: the Workload made for the dispatched job (or activated as `spec.suspend`
 /// says), and after an eviction its quota given back at once, as there is no pod here to wait
 /// for; nothing else is made, and the job's status is left to MultiKueue. Once the copied status
-/// says the job has finished, no Workload is made again.
+/// says the job has finished, no Workload is made again, and the job goes when its
+/// `ttlSecondsAfterFinished` has passed (its worker's copy with it, by MultiKueue).
 pub fn dispatch(job: &DIJob, world: &World, settings: &Settings) -> Result<Dispatch, BuildError> {
     let mut done = Dispatch::default();
+    // Its TTL runs from the end its worker's copy reported, as for any job here.
+    crate::decision::expire(job, world.now, &mut done.actions, &mut done.requeue_after);
     let (Some(name), Some(queue)) = (queue_name(job), world.queue.as_ref()) else { return Ok(done) };
     let Queue::Kueue { workload, priority, .. } = queue else {
         let message = format!(
