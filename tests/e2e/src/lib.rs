@@ -16,5 +16,6 @@ pub mod kueue;
 pub mod nodes;
 pub mod orchestrator;
 pub mod ports;
+pub mod runs;
 pub mod scenario;
 pub mod webhooks;

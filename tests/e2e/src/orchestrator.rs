@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 
 use crate::binaries::repo_root;
 use crate::cluster::{TestCluster, kubectl_said};
-use crate::controlplane::RUN_MARKER;
+use crate::runs::RUN_MARKER;
 
 /// The orchestrator a scenario runs against: a local process that reconciles one namespace on the
 /// local control plane, or on kind the one deployed by the install manifests.
