@@ -17,7 +17,7 @@ use di_controller::leader::{Elector, LeaderConfig};
 use di_controller::metrics::Metrics;
 use di_controller::reconciler::{self, Options};
 use di_controller::timing::Timing;
-use tracing::info;
+use tracing::{info, warn};
 
 /// jemalloc rather than glibc's malloc (for the replica endpoint too, the same binary): after a
 /// burst of creates (a hundred jobs starting, each create holding a connection and its buffers),
@@ -293,6 +293,19 @@ async fn start_webhooks(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     use di_webhook::{certs, server, tls};
+    // Kueue's queues, so a job in one that goes through MultiKueue is given to it; listed before
+    // the webhooks serve (and their CA is written), so no job meets an empty cache at start.
+    let queues = match kueue {
+        true => {
+            let (queues, watches) = di_webhook::queues::Queues::watch(client, namespace.as_deref());
+            tokio::spawn(watches);
+            if tokio::time::timeout(Duration::from_secs(10), queues.listed()).await.is_err() {
+                warn!("Kueue's queues are not listed after 10 s: jobs are given to MultiKueue once they are");
+            }
+            Some(queues)
+        }
+        false => None,
+    };
     let resolver = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => {
             let resolver = tls::CertResolver::new(tls::load_files(cert, key)?);
@@ -316,12 +329,6 @@ async fn start_webhooks(
     info!(addr = %listener.local_addr()?, "serving admission webhooks over TLS");
     // The names every job claims, so a new job whose names collide with another's is refused.
     let claims = di_webhook::claims::Claims::default();
-    // Kueue's queues, so a job in one that goes through MultiKueue is given to it.
-    let queues = kueue.then(|| {
-        let (queues, watches) = di_webhook::queues::Queues::watch(client, namespace.as_deref());
-        tokio::spawn(watches);
-        queues
-    });
     tokio::spawn(claims.clone().watch(client.clone(), namespace));
     let router = server::router_checking(&di_webhook::limits::Limits::default(), Some(claims), queues);
     tokio::spawn(tls::serve(listener, router, resolver, shutdown));

@@ -2,8 +2,9 @@
 //! through MultiKueue (their ClusterQueue has an AdmissionCheck of MultiKueue's controller), kept
 //! from watches of LocalQueues, ClusterQueues and AdmissionChecks. A job submitted to such a
 //! queue is given `spec.managedBy: kueue.x-k8s.io/multikueue`, as Kueue's webhook gives its own
-//! kinds: without it MultiKueue refuses to dispatch the job. Until a list has arrived, or for a
-//! queue not seen yet, nothing is given (the job then says why it waits, in Kueue's words).
+//! kinds: without it MultiKueue refuses to dispatch the job. The orchestrator serves its webhooks
+//! once the caches are listed; a queue made since and not seen yet gives nothing (the job then
+//! says why it waits, in Kueue's words).
 
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
@@ -51,6 +52,15 @@ impl Queues {
             futures::join!(local_watch, cluster_watch, check_watch);
         };
         (Queues { local, cluster, checks }, watches)
+    }
+
+    /// Returns once each cache has been listed (a watch refused, by RBAC say, never is).
+    pub async fn listed(&self) {
+        let _ = futures::join!(
+            self.local.wait_until_ready(),
+            self.cluster.wait_until_ready(),
+            self.checks.wait_until_ready()
+        );
     }
 
     /// Caches filled by hand, for tests.

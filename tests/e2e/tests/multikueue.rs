@@ -11,7 +11,7 @@ use std::time::Duration;
 use di_api::contract::kueue::{MULTIKUEUE, ORCHESTRATOR, PREBUILT_WORKLOAD};
 use di_api::contract::names;
 use di_api::{DIJob, Phase};
-use di_e2e::cluster::{TestCluster, until_watched, within};
+use di_e2e::cluster::{TestCluster, until_watched};
 use di_e2e::kueue::jobs::submit_with;
 use di_e2e::kueue::multikueue::{CHECK, Clusters, Member};
 use di_e2e::kueue::{self, TestQueue};
@@ -57,37 +57,19 @@ async fn scenario(member: &Member, ns: &str, args: &[&str]) -> Scenario {
     Box::pin(Scenario::within(cluster, ns.to_owned(), args)).await
 }
 
-/// The manager's scenario, its orchestrator's webhooks registered with the manager's API server.
-async fn manager_scenario(member: &Member, ns: &str) -> Scenario {
+/// The manager's scenario, its queue `team` (of the MultiKueue check) made before its
+/// orchestrator starts, whose webhooks (registered with the manager's API server) serve once
+/// they have listed the queues: a job submitted after it is given to MultiKueue.
+async fn manager_scenario(member: &Member, ns: &str) -> (Scenario, TestQueue) {
+    member.cluster.namespace_named(ns.to_owned()).await;
+    let queue = TestQueue::checked(&member.cluster.client, ns, "team", &ROOM_FOR_ALL, CHECK).await;
     let port = free_port().unwrap();
     register(&member.cluster, &format!("https://127.0.0.1:{port}"), ns).await;
+    let cluster = TestCluster { client: member.cluster.client.clone(), kubeconfig: member.cluster.kubeconfig.clone() };
     let addr = format!("--webhook-addr=127.0.0.1:{port}");
-    let manager = scenario(member, ns, &[&addr, "--webhook-hosts=127.0.0.1"]).await;
+    let manager = Box::pin(Scenario::within(cluster, ns.to_owned(), &[&addr, "--webhook-hosts=127.0.0.1"])).await;
     until_bundled(&manager.cluster).await;
-    manager
-}
-
-/// Returns once the manager's webhook gives a job in queue `queue` to MultiKueue: it reads the
-/// queues from a watch, which sees a queue made a moment ago a moment later (asked by dry runs).
-async fn until_webhook_sees(manager: &Scenario, queue: &str) {
-    let mut job: DIJob = serde_json::from_value(json!({
-        "apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-        "metadata": {"name": "probe", "labels": {di_api::contract::kueue::QUEUE_NAME: queue}},
-        "spec": {"coordinator": {"template": {"spec": manager.nodes.pod_spec()}}},
-    }))
-    .unwrap();
-    job.metadata.namespace = Some(manager.ns.clone());
-    let dry = PostParams { dry_run: true, ..Default::default() };
-    within(WAIT, "the manager's webhook to see the MultiKueue queue", async {
-        loop {
-            let stored = manager.jobs.create(&dry, &job).await.unwrap();
-            if stored.spec.managed_by.as_deref() == Some(MULTIKUEUE) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    (manager, queue)
 }
 
 /// The manager's jobs once `done` says so of them.
@@ -169,17 +151,15 @@ async fn runs_there(worker: &Scenario) -> String {
 async fn multikueue_runs_each_job_on_a_worker_with_room() {
     let Some(clusters) = Clusters::start(&["worker-a", "worker-b"]).await else { return };
     let ns = format!("e2e-multikueue-{}", std::process::id());
-    let manager = manager_scenario(&clusters.manager, &ns).await;
+    let (manager, _queue) = manager_scenario(&clusters.manager, &ns).await;
     let worker = |name| scenario(clusters.worker(name), &ns, &[]);
     let (a, b) = (worker("worker-a").await, worker("worker-b").await);
     let _queues = (
-        TestQueue::checked(&manager.cluster.client, &ns, "team", &ROOM_FOR_ALL, CHECK).await,
         TestQueue::create(&a.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
         TestQueue::create(&b.cluster.client, &ns, "team", &ROOM_FOR_ONE).await,
     );
     // Given to MultiKueue by the manager's webhook, as its queue goes through MultiKueue, or by
     // saying so.
-    until_webhook_sees(&manager, "team").await;
     submit_with(&manager, "first", "team", 1, json!({})).await;
     submit_with(&manager, "second", "team", 1, json!({})).await;
     submit_with(&manager, "third", "team", 1, json!({"managedBy": MULTIKUEUE})).await;
