@@ -49,3 +49,42 @@ until_webhook_settled() { # until_webhook_settled KUBECTL WHAT PROBE
   done
   die "$2's webhook did not answer steadily within 2 minutes"
 }
+
+# True once the API server of KUBECONFIG (a file) says it is ready, within a minute.
+api_answers() { # api_answers KUBECTL KUBECONFIG
+  local config
+  config=$(cat "$2") && [[ -n $config ]] || return 1
+  for _ in $(seq 30); do
+    "$1" --kubeconfig <(printf '%s\n' "$config") --request-timeout=5s get --raw /readyz >/dev/null 2>&1 && return 0
+    sleep 2
+  done
+  return 1
+}
+
+# A node's teardown cut short can leave one of its cgroups frozen (cgroup v1's freezer, set by
+# runc while it starts or stops a container in the node), with a process in it that never ends:
+# Docker then never sees the node exit and refuses to remove it ("did not receive an exit
+# event"). Thawed, the process ends, and the node with it.
+thaw_nodes() {
+  local id state
+  for id in $(docker ps -aq --no-trunc --filter "label=io.x-k8s.kind.cluster=$CLUSTER_NAME"); do
+    [[ -d /sys/fs/cgroup/freezer/docker/$id ]] || continue
+    while read -r state; do
+      if [[ $(cat "$state") == FROZEN ]] && echo THAWED >"$state"; then
+        say "thawed ${state#/sys/fs/cgroup/freezer/}"
+      fi
+    done < <(find "/sys/fs/cgroup/freezer/docker/$id" -name freezer.state)
+  done
+}
+
+# Deletes the kind cluster (absent is fine), thawing its nodes between tries.
+delete_cluster() { # delete_cluster KIND
+  local pause
+  for pause in 3 10 20 -; do
+    "$1" delete cluster --name "$CLUSTER_NAME" && return 0
+    [[ $pause == - ]] && return 1
+    thaw_nodes
+    say "deleting cluster $CLUSTER_NAME failed; asking again in $pause s"
+    sleep "$pause"
+  done
+}

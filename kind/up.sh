@@ -7,7 +7,7 @@
 # kind/down.sh undoes all of it.
 #
 # KIND_NODE_IMAGE=<image> uses that node image; KIND_OFFLINE=1 (or a failed pull of kind's
-# public image) builds one here.
+# public image) builds one here; KIND_FRESH=1 deletes a cluster already here first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
@@ -38,6 +38,20 @@ fi
 # Our offline node image brings its own network, not kindnet.
 [[ $node_image == di-kind/* ]] && config=kind/cluster-offline.yaml
 
+# A cluster already here is kept when its API server answers, unless KIND_FRESH=1 (the kind tier):
+# one a killed run left behind, its nodes restarted with the Docker daemon, may never answer.
+if "$kind_bin" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+  stale=""
+  if [[ ${KIND_FRESH:-} == 1 ]]; then
+    stale="a fresh one was asked for"
+  elif ! api_answers "$kubectl" <("$kind_bin" get kubeconfig --name "$CLUSTER_NAME" 2>/dev/null); then
+    stale="its API server did not answer within a minute"
+  fi
+  if [[ -n $stale ]]; then
+    say "cluster $CLUSTER_NAME is here already and $stale: deleting it"
+    delete_cluster "$kind_bin" || die "cluster $CLUSTER_NAME could not be deleted"
+  fi
+fi
 if ! "$kind_bin" get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
   kind/host/sysctls.sh save
   say "creating cluster $CLUSTER_NAME from $node_image"
