@@ -67,7 +67,7 @@ e2e-local:
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	previous=$$(kind/previous.sh "$$(kind/host/tool.sh kind)" $(TARGET_DIR)) && PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" DI_E2E_PREVIOUS=$$previous $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e-kind: the kind tier as make test runs it: a fresh cluster, make e2e, then all torn down
 e2e-kind:

@@ -8,6 +8,9 @@ KUBERNETES_VERSION=v1.37.2
 HELM_VERSION=v3.21.4
 COREDNS_VERSION=v1.14.6   # what kubeadm $KUBERNETES_VERSION deploys
 KUEUE_VERSION=v0.19.2     # as tests/e2e/src/kueue.rs builds it; a test keeps them in step
+# The release the upgrade scenario installs first and upgrades from (kind/previous.sh): main
+# before spec.managedBy, so its CRDs, RBAC and Deployment all change in the upgrade.
+PREVIOUS_RELEASE=3719bf44bd33e9e4854f6a7dd6bd857b7751749a
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CLUSTER_NAME=${KIND_CLUSTER:-di-orchestrator}

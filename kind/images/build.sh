@@ -2,16 +2,18 @@
 # Builds, without pulling a base image, the images the kind tier loads into its nodes; prints the
 # image's name.
 #
-#   kind/images/build.sh orchestrator BINARY   the orchestrator (serve and the replicas sidecar)
+#   kind/images/build.sh orchestrator BINARY [TAG]
+#                                              the orchestrator (serve and the replicas sidecar)
 #                                              from a binary of the workspace, with the shared
-#                                              libraries it links and nothing else
+#                                              libraries it links and nothing else; tagged dev
+#                                              unless TAG is given
 #   kind/images/build.sh busybox               Debian's busybox with the C library it links,
 #                                              for the suite's replicas
 #   kind/images/build.sh kueue BINARY          Kueue's manager from its static binary
 #                                              (kind/kueue/deploy.sh builds it)
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
-ORCHESTRATOR_IMAGE=opendilab/di-orchestrator:dev
+ORCHESTRATOR_IMAGE=opendilab/di-orchestrator
 BUSYBOX_IMAGE=di-e2e/busybox:1.35   # Debian bookworm's busybox is 1.35; tests/e2e/src/nodes.rs names it
 KUEUE_IMAGE=di-kind/kueue:$KUEUE_VERSION
 
@@ -43,7 +45,7 @@ ENV RUST_MIN_STACK=16777216
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/di-orchestrator"]
 DOCKERFILE
-    image=$ORCHESTRATOR_IMAGE
+    image=$ORCHESTRATOR_IMAGE:${3:-dev}
     ;;
   busybox)
     # Debian's dynamically linked busybox, taken from its package without installing it: a
@@ -74,7 +76,7 @@ DOCKERFILE
     printf 'FROM scratch\nCOPY rootfs/ /\nUSER 65532:65532\nENTRYPOINT ["/manager"]\n' >"$ctx/Dockerfile"
     image=$KUEUE_IMAGE
     ;;
-  *) die "usage: build.sh orchestrator BINARY | busybox | kueue BINARY" ;;
+  *) die "usage: build.sh orchestrator BINARY [TAG] | busybox | kueue BINARY" ;;
 esac
 docker_build -t "$image" "$ctx"
 echo "$image"

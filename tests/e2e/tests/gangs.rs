@@ -55,7 +55,7 @@ impl GpuPool {
             let guard = REAL_NODES.lock().await;
             let nodes: Api<Node> = Api::all(pool.client.clone());
             let workers = schedulable(&pool.client).await;
-            assert!(workers.len() >= 2, "kind has two workers (kind/cluster-offline.yaml): {workers:?}");
+            assert!(workers.len() >= 2, "kind has three workers (kind/cluster-offline.yaml): {workers:?}");
             for node in &workers {
                 let label = json!({"metadata": {"labels": {POOL: pool.ns}}});
                 nodes.patch(node, &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();

@@ -1,202 +1,80 @@
-//! A worker lost under a running job, on kind's real nodes, its coordinator on the other worker:
-//! - the worker's kubelet stops, so the node stops reporting (Ready `Unknown`) while its
-//!   containers, out of the cluster's reach, run on. The job's collectors there leave it within a
+//! A worker lost under a running job, on kind's real nodes, its coordinator on another worker
+//! (the placement and the faults: di_e2e::node_faults):
+//! - the worker goes silent, its Node Ready `Unknown`, while its containers stay where they are:
+//!   its kubelet stopped (the containers run on, out of the cluster's reach), its machine frozen
+//!   (`docker pause`), or cut from the network. The job's collectors there leave it within a
 //!   minute of the node going silent (their short tolerations of `node.kubernetes.io/unreachable`),
 //!   and once their grace period is over the orchestrator lets them go (their kubelet cannot
-//!   confirm they stopped), so their replacements, under the same names, run on the other worker.
-//!   Its learner is left where it is until the node is tainted `out-of-service`, then runs again
-//!   on the other worker;
+//!   confirm they stopped), so their replacements, under the same names, run on the worker that
+//!   stays. Its learner is left where it is: it runs on when the node comes back (frozen, cut
+//!   off), or, once the node is tainted `out-of-service` (kubelet stopped), runs again elsewhere;
 //! - a spot reclaim: the worker's machine is gone at once and its Node deleted, as a cloud's
 //!   controller does. Kubernetes' pod garbage collector deletes its pods; the collectors and the
-//!   learner there run again on the other worker, counted as no restart.
+//!   learner there run again on the worker that stays, counted as no restart;
+//! - a drain (`kubectl drain`) of the worker under a job that protects its core
+//!   (`spec.protectCore`): the collectors are evicted and run again elsewhere at once, the
+//!   learner is held by the job's budget until the drain gives up; an orchestrator replica on the
+//!   drained worker goes too (its own budget lets one go at a time), and DIJobs asked for
+//!   meanwhile are never refused (this scenario runs with no other fault under way: a silent
+//!   worker's orchestrator replica stays in the webhook's Service for about 50 s, and admissions
+//!   sent to it time out).
 //!
-//! Either way the coordinator runs on untouched and the job never leaves Running; then the worker
-//! returns (its kubelet started, its machine started and registered again).
+//! Every time the coordinator runs on untouched and the job never leaves Running; then the worker
+//! returns (its kubelet started, thawed, reconnected, uncordoned, or its machine started and
+//! registered again). Each scenario fails a worker of its own (two run at once: the kind cluster
+//! has three workers), and all share the worker that stays, Kueue's.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use di_api::Phase;
-use di_e2e::cluster::{not_applicable, until_watched};
-use di_e2e::nodes::{real_nodes, schedulable};
-use di_e2e::scenario::Scenario;
-use futures::StreamExt;
+use di_e2e::admissions::Admissions;
+use di_e2e::cluster::{not_applicable, unretried_client, until_watched, within};
+use di_e2e::node_faults::{LOSS, Placed, Share, Silence, Undo, ready, run};
+use di_e2e::nodes::real_nodes;
+use di_e2e::scenario::WAIT;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Api;
+use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 use serde_json::json;
-
-/// The label that makes a worker room for the scenario's collectors (its value: the namespace).
-const SPOT: &str = "di-e2e/spot";
-
-/// How long the whole loss may take: the node controller's grace (50 s), the collectors'
-/// toleration (30 s), their grace period and the orchestrator's margin, and a start elsewhere.
-const LOSS: Duration = Duration::from_secs(240);
-
-/// One worker lost at a time: the scenarios take turns.
-static WORKERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Runs this command (program, arguments) when dropped, so a failed test still gives the worker
-/// back.
-struct Undo(Vec<String>);
-
-impl Undo {
-    fn new(command: &[&str]) -> Undo {
-        Undo(command.iter().map(|a| a.to_string()).collect())
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(&self.0[0]).args(&self.0[1..]).status();
-    }
-}
-
-async fn docker(args: &[&str]) {
-    let out = tokio::process::Command::new("docker").args(args).output().await;
-    let out = out.unwrap_or_else(|e| panic!("docker {args:?}: {e}"));
-    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-async fn label(client: &Client, node: &str, value: serde_json::Value) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let patch = json!({"metadata": {"labels": {SPOT: value}}});
-    nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-}
-
-/// The node's Ready condition's status.
-fn ready(node: Option<&Node>) -> Option<String> {
-    let conditions = node?.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
-}
-
-/// Waits until two workers are Ready and untainted (the node controller takes its `unreachable`
-/// taint off a returned node a moment after it is Ready), as every later scenario expects.
-async fn until_two_workers(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let what = "two workers Ready and untainted (kind/cluster-offline.yaml)";
-    until_watched(nodes, watcher::Config::default(), (), LOSS, what, |all| {
-        let ready_workers = all.iter().filter(|n| {
-            let tainted = n.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(|t| !t.is_empty());
-            !tainted && ready(Some(n)).as_deref() == Some("True")
-        });
-        (ready_workers.count() >= 2).then_some(())
-    })
-    .await;
-}
-
-/// The nodes Kueue's controller runs on: its admission webhooks (pods' among them) must answer
-/// while the worker is lost, so the lost worker is one without it.
-async fn kueue_nodes(client: &Client) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kueue-system");
-    let listed = pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-    listed.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect()
-}
-
-/// A running job placed for a loss: its coordinator on the worker that stays (`kept`), its
-/// collectors and learners on the one that goes (`lost`), which Kueue's controller does not run
-/// on (its admission webhooks, pods' among them, must answer meanwhile). Once placed, both
-/// workers are room for collectors and learners (a spot pool of two nodes).
-struct Placed {
-    s: Scenario,
-    lost: String,
-    kept: String,
-    /// Each pod's UID and node before the loss.
-    before: BTreeMap<String, (String, String)>,
-    /// Every phase the job's watch showed from the moment it ran.
-    phases: Arc<Mutex<Vec<Phase>>>,
-    watch: tokio::task::JoinHandle<()>,
-}
-
-impl Placed {
-    async fn new(hint: &str, collectors: i32, learners: i32) -> Placed {
-        let s = Scenario::new(hint).await;
-        let client = s.cluster.client.clone();
-        // Both workers Ready: one lost by a scenario before this one may still be on its way back.
-        until_two_workers(&client).await;
-        let workers = schedulable(&client).await;
-        let kueue = kueue_nodes(&client).await;
-        let lost = workers.iter().find(|w| !kueue.contains(w)).expect("a worker without Kueue").clone();
-        let kept = workers.iter().find(|w| **w != lost).unwrap().clone();
-        label(&client, &lost, json!(s.ns)).await;
-        let spot = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [{"key": SPOT, "operator": "In", "values": [s.ns]}]}]}}});
-        let placed = json!({
-            "coordinator": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": kept}}}},
-            "collector": {"template": {"spec": {"affinity": spot}}},
-            "learner": {"template": {"spec": {"affinity": spot}}},
-        });
-        s.submit("far", collectors, learners, placed).await;
-        s.wait_phase("far", Phase::Running).await;
-        let listed = s.pods.list(&ListParams::default().labels("dijob-name=far")).await.unwrap().items;
-        let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-        let before: BTreeMap<String, (String, String)> =
-            listed.iter().map(|p| (p.name_any(), (p.uid().unwrap(), node_of(p)))).collect();
-        for (name, (_, node)) in &before {
-            let expected = if name.ends_with("coordinator") { &kept } else { &lost };
-            assert_eq!(node, expected, "{name}");
-        }
-        label(&client, &kept, json!(s.ns)).await;
-        let phases = Arc::new(Mutex::new(vec![]));
-        let seen = phases.clone();
-        let stream = watcher(s.jobs.clone(), watcher::Config::default().fields("metadata.name=far"));
-        let watch = tokio::spawn(async move {
-            let mut jobs = std::pin::pin!(stream.applied_objects());
-            while let Some(Ok(job)) = jobs.next().await {
-                let mut seen = seen.lock().unwrap();
-                if let Some(phase) = job.status.and_then(|s| s.phase).filter(|p| !seen.contains(p)) {
-                    seen.push(phase);
-                }
-            }
-        });
-        Placed { s, lost, kept, before, phases, watch }
-    }
-
-    /// Waits until each of `moved` runs again, a new pod of its name, on the kept worker; how
-    /// long that took since `start`.
-    async fn until_replaced(&self, moved: &[&str], start: Instant) -> Duration {
-        let config = watcher::Config::default().labels("dijob-name=far");
-        let what = format!("{moved:?} running on {}", self.kept);
-        until_watched(self.s.pods.clone(), config, (), LOSS, &what, |all| {
-            let again = |name: &&str| {
-                all.iter().any(|p| {
-                    p.name_any() == *name
-                        && p.uid().as_ref() != Some(&self.before[*name].0)
-                        && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.kept.as_str())
-                        && p.status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Running")
-                })
-            };
-            moved.iter().all(again).then(|| start.elapsed())
-        })
-        .await
-    }
-
-    /// The job ran on through the loss: Running all along, no restart counted, the same
-    /// coordinator.
-    async fn ran_on(&self) {
-        let status = self.s.jobs.get("far").await.unwrap().status.unwrap();
-        assert_eq!(status.phase, Some(Phase::Running), "{status:?}");
-        assert_eq!(*self.phases.lock().unwrap(), [Phase::Running], "its phases meanwhile");
-        assert_eq!(status.restarts.unwrap_or(0), 0, "a lost node's pods are no restarts: {status:?}");
-        let coordinator = self.s.pods.get("far-coordinator").await.unwrap();
-        assert_eq!(coordinator.uid().unwrap(), self.before["far-coordinator"].0, "the coordinator ran on");
-    }
-
-    /// Waits for the lost worker to be Ready and untainted again, then takes the scenario's labels
-    /// off.
-    async fn returned(&self) {
-        self.watch.abort();
-        until_two_workers(&self.s.cluster.client).await;
-        for node in [&self.lost, &self.kept] {
-            label(&self.s.cluster.client, node, serde_json::Value::Null).await;
-        }
-    }
-}
 
 /// The taint an administrator puts on a node that will not come back (non-graceful shutdown).
 const OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+
+/// The lost worker goes silent in the way given: its collectors run again on the worker that stays and
+/// its learner is left where it is. Returns the job and what gives the worker back.
+async fn goes_silent(hint: &str, silence: Silence) -> (Placed, Vec<Undo>) {
+    let placed = Placed::new(hint, Share::Beside, 2, 1, json!({})).await;
+    let (lost, kept) = (placed.lost.clone(), placed.kept.clone());
+    let start = Instant::now();
+    let undo = silence.start(&lost).await;
+    let took = placed.until_replaced(&["far-collector-0", "far-collector-1"], start).await;
+    println!("{silence:?}: collectors running again on {kept} {:.0} s after {lost} went silent", took.as_secs_f64());
+    let nodes: Api<Node> = Api::all(placed.s.cluster.client.clone());
+    assert_eq!(ready(nodes.get(&lost).await.ok().as_ref()).as_deref(), Some("Unknown"), "the node went silent");
+    // The learner is core: never forced off the silent node, it is the same pod.
+    placed.stayed("far-learner-0").await;
+    (placed, undo)
+}
+
+/// The silent worker comes back: the learner it kept is the same pod, ready again, and the job ran
+/// on.
+async fn comes_back(placed: Placed, undo: Vec<Undo>) {
+    let start = Instant::now();
+    drop(undo);
+    placed.returned().await;
+    let config = watcher::Config::default().fields("metadata.name=far-learner-0");
+    let what = "far-learner-0 ready again on its node";
+    until_watched(placed.s.pods.clone(), config, (), LOSS, what, |all: &[std::sync::Arc<Pod>]| {
+        let conditions = all.first()?.status.as_ref()?.conditions.clone()?;
+        conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+    })
+    .await;
+    println!("{} back and its learner ready {:.0} s later", placed.lost, start.elapsed().as_secs_f64());
+    placed.stayed("far-learner-0").await;
+    placed.ran_on().await;
+}
 
 #[tokio::test]
 #[ignore = "kind tier: run with `make e2e`"]
@@ -205,32 +83,16 @@ async fn collectors_on_a_worker_whose_kubelet_stops_run_again_on_another_and_the
         not_applicable("stops a real node's kubelet (kind tier only)");
         return;
     }
-    let _turn = WORKERS.lock().await;
-    let placed = Placed::new("node-silent", 2, 1).await;
+    let (placed, restart) = goes_silent("node-silent", Silence::KubeletStopped).await;
     let (lost, kept) = (placed.lost.clone(), placed.kept.clone());
-    let start = Instant::now();
-    let restart = Undo::new(&["docker", "exec", &lost, "systemctl", "start", "kubelet"]);
-    docker(&["exec", &lost, "systemctl", "stop", "kubelet"]).await;
-    let took = placed.until_replaced(&["far-collector-0", "far-collector-1"], start).await;
-    println!("collectors running again on {kept} {:.0} s after {lost}'s kubelet stopped", took.as_secs_f64());
-    let nodes: Api<Node> = Api::all(placed.s.cluster.client.clone());
-    assert_eq!(ready(nodes.get(&lost).await.ok().as_ref()).as_deref(), Some("Unknown"), "the node went silent");
-    // The learner is core: never forced off the silent node, it is the same pod.
-    let learner = placed.s.pods.get("far-learner-0").await.unwrap();
-    assert_eq!(learner.uid().unwrap(), placed.before["far-learner-0"].0, "the learner was left where it was");
 
     // The administrator says the node will not come back: Kubernetes lets its pods go, and the
-    // learner runs again on the other worker.
+    // learner runs again on the worker that stays.
     let kubeconfig = placed.s.cluster.kubeconfig.to_string_lossy().into_owned();
     let untaint =
         Undo::new(&["kubectl", "--kubeconfig", &kubeconfig, "taint", "nodes", &lost, &format!("{OUT_OF_SERVICE}-")]);
     let taint = format!("{OUT_OF_SERVICE}=nodeshutdown:NoExecute");
-    let out = tokio::process::Command::new("kubectl")
-        .args(["--kubeconfig", &kubeconfig, "taint", "nodes", &lost, &taint])
-        .output()
-        .await
-        .expect("kubectl taint");
-    assert!(out.status.success(), "kubectl taint: {}", String::from_utf8_lossy(&out.stderr));
+    run("kubectl", &["--kubeconfig", &kubeconfig, "taint", "nodes", &lost, &taint]).await;
     let tainted = Instant::now();
     let took = placed.until_replaced(&["far-learner-0"], tainted).await;
     println!("the learner running again on {kept} {:.0} s after {lost} was taken out of service", took.as_secs_f64());
@@ -244,18 +106,39 @@ async fn collectors_on_a_worker_whose_kubelet_stops_run_again_on_another_and_the
 
 #[tokio::test]
 #[ignore = "kind tier: run with `make e2e`"]
+async fn a_frozen_worker_loses_its_collectors_and_keeps_its_learner_until_it_thaws() {
+    if !real_nodes() {
+        not_applicable("freezes a real node (kind tier only)");
+        return;
+    }
+    let (placed, thaw) = goes_silent("node-frozen", Silence::Paused).await;
+    comes_back(placed, thaw).await;
+}
+
+#[tokio::test]
+#[ignore = "kind tier: run with `make e2e`"]
+async fn a_worker_cut_from_the_network_loses_its_collectors_and_keeps_its_learner_until_it_returns() {
+    if !real_nodes() {
+        not_applicable("cuts a real node from its network (kind tier only)");
+        return;
+    }
+    let (placed, reconnect) = goes_silent("node-cut", Silence::CutOff).await;
+    comes_back(placed, reconnect).await;
+}
+
+#[tokio::test]
+#[ignore = "kind tier: run with `make e2e`"]
 async fn a_spot_reclaim_takes_a_worker_and_its_collectors_and_learner_run_again_on_another() {
     if !real_nodes() {
         not_applicable("stops a real node (kind tier only)");
         return;
     }
-    let _turn = WORKERS.lock().await;
-    let placed = Placed::new("node-reclaimed", 2, 1).await;
+    let placed = Placed::new("node-reclaimed", Share::Beside, 2, 1, json!({})).await;
     let lost = placed.lost.clone();
     let start = Instant::now();
     // The machine is gone at once, and the cloud's controller deletes its Node.
     let started = Undo::new(&["docker", "start", &lost]);
-    docker(&["kill", &lost]).await;
+    run("docker", &["kill", &lost]).await;
     let nodes: Api<Node> = Api::all(placed.s.cluster.client.clone());
     nodes.delete(&lost, &Default::default()).await.unwrap();
     let took = placed.until_replaced(&["far-collector-0", "far-collector-1", "far-learner-0"], start).await;
@@ -267,5 +150,62 @@ async fn a_spot_reclaim_takes_a_worker_and_its_collectors_and_learner_run_again_
     placed.ran_on().await;
     // The machine comes back and registers again.
     drop(started);
+    placed.returned().await;
+}
+
+#[tokio::test]
+#[ignore = "kind tier: run with `make e2e`"]
+async fn a_drain_moves_the_collectors_and_waits_for_the_protected_learner() {
+    if !real_nodes() {
+        not_applicable("drains a real node (kind tier only)");
+        return;
+    }
+    let placed = Placed::new("drained", Share::Alone, 2, 1, json!({"protectCore": true})).await;
+    let (s, lost, kept) = (&placed.s, placed.lost.clone(), placed.kept.clone());
+    // Evictions are judged by the budget's status, which the disruption controller writes.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(s.cluster.client.clone(), &s.ns);
+    let counted = |b: Option<&PodDisruptionBudget>| {
+        b.and_then(|b| b.status.as_ref()).is_some_and(|st| st.current_healthy == Some(2))
+    };
+    within(WAIT, "the core's budget counted", await_condition(budgets, "far-core", counted)).await.unwrap();
+
+    let orchestrators: Api<Pod> = Api::namespaced(s.cluster.client.clone(), "di-system");
+    let listed = orchestrators.list(&Default::default()).await.unwrap().items;
+    let on_lost = listed.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&lost)).count();
+    let kubeconfig = s.cluster.kubeconfig.to_string_lossy().into_owned();
+    let asked = Admissions::start(unretried_client(&s.cluster.kubeconfig).await.expect("a client"), &s.ns);
+    let uncordon = Undo::new(&["kubectl", "--kubeconfig", &kubeconfig, "uncordon", &lost]);
+    let start = Instant::now();
+    // As an administrator types it; given up after 20 s, as the learner's eviction never passes.
+    let drain = tokio::process::Command::new("kubectl")
+        .args(["--kubeconfig", &kubeconfig, "drain", &lost, "--ignore-daemonsets", "--delete-emptydir-data"])
+        .args(["--timeout=20s"])
+        .output();
+    let (drained, took) = tokio::join!(drain, placed.until_replaced(&["far-collector-0", "far-collector-1"], start));
+    println!("collectors running again on {kept} {:.1} s after the drain of {lost} began", took.as_secs_f64());
+    let drained = drained.expect("kubectl drain");
+    let said = String::from_utf8_lossy(&drained.stderr);
+    assert!(!drained.status.success(), "the drain cannot end while the learner is held");
+    assert!(said.contains("far-learner-0") && said.contains("disruption budget"), "{said}");
+    placed.stayed("far-learner-0").await;
+    placed.ran_on().await;
+
+    // The orchestrator serves on: two replicas available (one evicted from the drained worker
+    // runs again elsewhere), and no job asked for was refused.
+    let deployments: Api<Deployment> = Api::namespaced(s.cluster.client.clone(), "di-system");
+    let config = watcher::Config::default().fields("metadata.name=di-orchestrator");
+    until_watched(deployments, config, (), LOSS, "the orchestrator's two replicas available", |all| {
+        let status = all.first()?.status.as_ref()?;
+        (status.available_replicas == Some(2) && status.updated_replicas == Some(2)).then_some(())
+    })
+    .await;
+    let asked = asked.stop().await;
+    assert!(asked.refused.is_empty(), "DIJobs refused during the drain: {:?}", asked.refused);
+    assert!(asked.answered > 0, "no DIJob was asked for");
+    println!(
+        "{} DIJobs asked for during the drain, none refused; {on_lost} orchestrator replicas were on {lost}",
+        asked.answered
+    );
+    drop(uncordon);
     placed.returned().await;
 }

@@ -268,7 +268,7 @@ async fn a_topology_assignment_places_the_pods_in_their_domains() {
     let _turn = FLAVOR_NODES.lock().await;
     let s = Box::pin(Scenario::on(cluster, "topology", &[])).await;
     let client = s.cluster.client.clone();
-    // Two racks of one node each: simulated nodes, or kind's two workers.
+    // Two racks of one node each: simulated nodes, or two of kind's workers.
     let mut racks: Vec<(String, &str)> = vec![];
     if real_nodes() {
         let nodes: Api<Node> = Api::all(client.clone());
@@ -277,7 +277,7 @@ async fn a_topology_assignment_places_the_pods_in_their_domains() {
             nodes.patch(&node, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
             racks.push((node, rack));
         }
-        assert_eq!(racks.len(), 2, "kind has two workers (kind/cluster-offline.yaml)");
+        assert_eq!(racks.len(), 2, "kind has three workers (kind/cluster-offline.yaml)");
     } else {
         for rack in ["a", "b"] {
             let mut node = NodeShape {
