@@ -93,10 +93,13 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
              Kueue, or run with --queues=auto or none"
         ),
     };
-    if let Some(addr) = args.webhook.webhook_addr {
-        let scope = (args.namespace.clone(), kueue);
-        start_webhooks(&client, &args.webhook, addr, scope, until_stopped(stopped.clone())).await?;
-    }
+    let webhooks = match args.webhook.webhook_addr {
+        Some(addr) => {
+            let scope = (args.namespace.clone(), kueue);
+            Some(start_webhooks(&client, &args.webhook, addr, scope, until_stopped(stopped.clone())).await?)
+        }
+        None => None,
+    };
     // Ready once the webhooks serve and the API server answers for DIJobs (reachable, CRD
     // installed), leader or not: a standby replica is healthy too. Asked where this replica
     // reconciles, so one namespace's orchestrator needs no cluster-wide read of jobs.
@@ -176,6 +179,11 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
             )?;
             lead(lease_client, config, run, stopped, &metrics).await?;
         }
+    }
+    // The webhooks answer a while after the signal, until the Service forgets this replica.
+    if let Some(webhooks) = webhooks {
+        ready.store(false, Ordering::Relaxed);
+        let _ = webhooks.await;
     }
     if installed.load(Ordering::Relaxed) {
         anyhow::bail!(
@@ -291,7 +299,7 @@ async fn start_webhooks(
     addr: SocketAddr,
     (namespace, kueue): (Option<String>, bool),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     use di_webhook::{certs, server, tls};
     // Kueue's queues, so a job in one that goes through MultiKueue is given to it; listed before
     // the webhooks serve (and their CA is written), so no job meets an empty cache at start.
@@ -331,8 +339,7 @@ async fn start_webhooks(
     let claims = di_webhook::claims::Claims::default();
     tokio::spawn(claims.clone().watch(client.clone(), namespace));
     let router = server::router_checking(&di_webhook::limits::Limits::default(), Some(claims), queues);
-    tokio::spawn(tls::serve(listener, router, resolver, shutdown));
-    Ok(())
+    Ok(tokio::spawn(tls::serve(listener, router, resolver, shutdown)))
 }
 
 async fn readyz(State(p): State<Probes>) -> (StatusCode, &'static str) {

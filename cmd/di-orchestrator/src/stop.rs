@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-/// How long a stopping process lets its work finish (a pass, the Lease's release, answers in
-/// flight) before it exits anyway. A stop must not depend on the API server answering, nor on the
-/// caches ever syncing: a rollout or `kubectl delete pod` waits on it, and kubelet's default
-/// grace is 30 s.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a stopping process lets its work finish (a pass, the Lease's release, the webhooks'
+/// drain and answers in flight: di_webhook's `Limits::drain` and `LAST_ANSWERS`, 6 s) before it
+/// exits anyway. A stop must not depend on the API server answering, nor on the caches ever
+/// syncing: a rollout or `kubectl delete pod` waits on it, and kubelet's default grace is 30 s.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs `work` to its end, or until `STOP_GRACE` after SIGTERM or Ctrl-C, whichever is first.
 pub fn run_to_end<F>(runtime: tokio::runtime::Runtime, work: impl FnOnce(Stopped) -> F) -> anyhow::Result<()>

@@ -34,6 +34,11 @@ pub struct Limits {
     pub small: usize,
     /// Reviews of the large lane read or decided at once, each off the runtime's thread.
     pub large: usize,
+    /// How long the webhook goes on answering once asked to stop: the Service's endpoints, and
+    /// kube-proxy's rules the API server's calls follow, take a moment to forget a stopping
+    /// replica, and a call routed to it meanwhile must find it there, not a closed port or a
+    /// vanished address. Each connection is closed after its next answer.
+    pub drain: Duration,
 }
 
 impl Default for Limits {
@@ -47,6 +52,7 @@ impl Default for Limits {
             small: 64,
             // A 7 MiB review parses into a few tens of MiB; two fit in the 256 MiB limit.
             large: 2,
+            drain: Duration::from_secs(5),
         }
     }
 }

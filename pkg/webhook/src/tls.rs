@@ -1,7 +1,9 @@
 //! HTTPS with rustls only. The serving certificate sits behind a resolver that can be swapped
 //! while serving, so rotated or re-mounted certificates take effect without a restart.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +16,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
@@ -92,7 +94,9 @@ pub async fn serve(
 
 /// As [`serve`], within `limits`: a connection waits for a place before it is accepted, its
 /// handshake and each request's headers have deadlines (`router_with` gives the rest of the
-/// request its own).
+/// request its own). Once `shutdown` resolves it goes on answering for `limits.drain`, closing
+/// each connection after its next answer, then returns when the last is closed (at most
+/// [`LAST_ANSWERS`] later).
 pub async fn serve_with(
     listener: TcpListener,
     router: Router,
@@ -104,12 +108,61 @@ pub async fn serve_with(
     let places = Arc::new(Semaphore::new(limits.connections));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(limits.headers);
-    let handshake = limits.handshake;
-    tokio::pin!(shutdown);
+    let (closing, closed) = watch::channel(false);
+    let draining = Arc::new(AtomicBool::new(false));
+    let router = router.layer(axum::middleware::map_response(close_when(draining.clone())));
+    let serving = Serving { acceptor, router, handshake: limits.handshake };
+    accept_until(&listener, &places, shutdown, |stream, peer, place| {
+        serving.spawn(stream, peer, place, http.clone(), closed.clone())
+    })
+    .await;
+
+    // Asked to stop: every answer now closes its connection, so each of the API server's kept
+    // connections ends after its next call, and the call after opens one to a replica that
+    // stays. An idle connection is closed only at the drain's end: closing it at once could cross
+    // a call the API server is sending on it, which it would not send again.
+    info!(drain = ?limits.drain, "stopping: answering admissions a while longer");
+    draining.store(true, Ordering::Relaxed);
+    accept_until(&listener, &places, tokio::time::sleep(limits.drain), |stream, peer, place| {
+        serving.spawn(stream, peer, place, http.clone(), closed.clone())
+    })
+    .await;
+    drop(listener);
+    let _ = closing.send(true);
+    // Every place back is every connection closed.
+    let all = u32::try_from(limits.connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(LAST_ANSWERS, places.acquire_many(all)).await;
+}
+
+/// A response layer that asks for the connection to be closed once `draining` is set.
+fn close_when(
+    draining: Arc<AtomicBool>,
+) -> impl Fn(axum::response::Response) -> std::future::Ready<axum::response::Response> + Clone {
+    move |mut response: axum::response::Response| {
+        if draining.load(Ordering::Relaxed) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
+        std::future::ready(response)
+    }
+}
+
+/// How long a stopping webhook waits, after its drain, for the answers still in flight.
+pub const LAST_ANSWERS: Duration = Duration::from_secs(1);
+
+/// Accepts connections, each once it has a place, and hands them to `serve`, until `until`.
+async fn accept_until(
+    listener: &TcpListener,
+    places: &Arc<Semaphore>,
+    until: impl std::future::Future<Output = ()>,
+    serve: impl Fn(TcpStream, SocketAddr, OwnedSemaphorePermit),
+) {
+    tokio::pin!(until);
     loop {
         let place = tokio::select! {
             place = places.clone().acquire_owned() => place.expect("the connection semaphore is never closed"),
-            _ = &mut shutdown => return,
+            _ = &mut until => return,
         };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -119,11 +172,33 @@ pub async fn serve_with(
                     continue;
                 }
             },
-            _ = &mut shutdown => return,
+            _ = &mut until => return,
         };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
-        let http = http.clone();
+        serve(stream, peer, place);
+    }
+}
+
+/// What serving one connection needs.
+struct Serving {
+    acceptor: TlsAcceptor,
+    router: Router,
+    handshake: Duration,
+}
+
+impl Serving {
+    /// Serves one connection on a task of its own, holding `place` until it closes; gracefully
+    /// closed (after the answer in flight, an idle one at once) once `closing` turns true.
+    fn spawn(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        place: OwnedSemaphorePermit,
+        http: http1::Builder,
+        mut closing: watch::Receiver<bool>,
+    ) {
+        let acceptor = self.acceptor.clone();
+        let service = TowerToHyperService::new(self.router.clone());
+        let handshake = self.handshake;
         tokio::spawn(async move {
             let _place = place;
             // A client that never finishes its handshake must not hold a place for long.
@@ -132,7 +207,18 @@ pub async fn serve_with(
                 Ok(Err(e)) => return debug!(%peer, "TLS handshake failed: {e}"),
                 Err(_) => return debug!(%peer, "TLS handshake timed out"),
             };
-            if let Err(e) = http.serve_connection(TokioIo::new(tls), service).await {
+            let connection = http.serve_connection(TokioIo::new(tls), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(e) = served {
+                        debug!(%peer, "webhook connection: {e}");
+                    }
+                    return;
+                }
+                _ = closing.wait_for(|closing| *closing) => connection.as_mut().graceful_shutdown(),
+            }
+            if let Err(e) = connection.await {
                 debug!(%peer, "webhook connection: {e}");
             }
         });

@@ -3,94 +3,16 @@
 //! body is refused before it is read, and with many such clients at once an ordinary admission
 //! still answers, and the thread stays free for the rest of the process (the Lease's renewals).
 
+mod serving;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use di_webhook::certs::Bundle;
 use di_webhook::limits::{Limits, MAX_BODY};
-use di_webhook::server::router_with;
-use di_webhook::tls::{CertResolver, certified_key, serve_with};
-use rustls_pki_types::ServerName;
-use rustls_pki_types::pem::PemObject;
-use serde_json::{Value, json};
+use serde_json::Value;
+use serving::{Server, connect, post, review, start, status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
-
-struct Server {
-    addr: std::net::SocketAddr,
-    ca: String,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start(limits: Limits) -> Server {
-    let bundle = Bundle::generate(&["127.0.0.1".into()]).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let resolver = CertResolver::new(certified_key(bundle.cert.as_bytes(), bundle.key.as_bytes()).unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        serve_with(listener, router_with(&limits), resolver, &limits, async move {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    Server { addr, ca: bundle.ca_cert, _stop: stop }
-}
-
-fn connector(ca: &str) -> TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(rustls_pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).unwrap()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    TlsConnector::from(Arc::new(config))
-}
-
-async fn connect(server: &Server) -> TlsStream<TcpStream> {
-    let tcp = TcpStream::connect(server.addr).await.unwrap();
-    let name = ServerName::IpAddress(server.addr.ip().into());
-    connector(&server.ca).connect(name, tcp).await.expect("TLS handshake")
-}
-
-/// A review about `bytes` long: many small annotations, the costliest shape to parse per byte.
-fn review(bytes: usize) -> Value {
-    let annotations: serde_json::Map<String, Value> =
-        (0..bytes / 16).map(|i| (format!("a{i:09}"), json!("v"))).collect();
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "1", "operation": "CREATE", "userInfo": {},
-            "kind": {"group": "diengine.opendilab.org", "version": "v1alpha1", "kind": "DIJob"},
-            "resource": {"group": "diengine.opendilab.org", "version": "v1alpha1", "resource": "dijobs"},
-            "object": {"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob",
-                       "metadata": {"name": "j", "annotations": annotations},
-                       "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}},
-        }
-    })
-}
-
-fn post(body: &[u8]) -> Vec<u8> {
-    let head = format!("POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-Length: {}\r\n\r\n", body.len());
-    [head.as_bytes(), body].concat()
-}
-
-/// The status code of the answer on `stream`, or none when it closed without one.
-async fn status(stream: &mut TlsStream<TcpStream>) -> Option<u16> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n") {
-        match stream.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    String::from_utf8_lossy(&head).split_whitespace().nth(1)?.parse().ok()
-}
 
 /// Sends a request's headers one byte every 100 ms, never ending them; says when the server
 /// closed the connection, or that it did not within `limit`.

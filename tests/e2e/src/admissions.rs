@@ -38,7 +38,11 @@ impl Admissions {
                 pace.tick().await;
                 match di_client::wait::webhook_answers(&client, &namespace).await {
                     Ok(()) => asked.answered += 1,
-                    Err(e) => asked.refused.push(format!("{:.1} s: {e}", start.elapsed().as_secs_f64())),
+                    Err(e) => {
+                        // The API server's words; kube's rendering of the Status after them adds nothing.
+                        let said: String = e.to_string().chars().take(240).collect();
+                        asked.refused.push(format!("{:.1} s: {said}", start.elapsed().as_secs_f64()));
+                    }
                 }
             }
             asked
