@@ -9,22 +9,9 @@ mod serving;
 use std::time::{Duration, Instant};
 
 use di_webhook::limits::Limits;
-use serving::{connect, post, review, start};
+use serving::{connect, head, post, review, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// The answer's head on a connection, or none when it closed without one.
-async fn head(stream: &mut (impl AsyncReadExt + Unpin)) -> Option<String> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    Some(String::from_utf8_lossy(&head).to_lowercase())
-}
 
 /// Reads the body of an answer whose head was read.
 async fn body(stream: &mut (impl AsyncReadExt + Unpin), head: &str) {

@@ -2,13 +2,15 @@
 //! trusts only the generated CA gets answers; one that does not is refused; a swapped certificate
 //! takes effect without a restart.
 
+mod serving;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use di_webhook::certs::Bundle;
 use di_webhook::server::router;
 use di_webhook::tls::{CertResolver, certified_key, serve};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 fn client_trusting(ca_pem: &str) -> reqwest::Client {
     reqwest::Client::builder()
@@ -30,19 +32,6 @@ async fn start(bundle: &Bundle) -> (String, Arc<CertResolver>, tokio::sync::ones
     (url, resolver, stop)
 }
 
-fn review() -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "1", "operation": "CREATE", "userInfo": {},
-            "kind": {"group": "diengine.opendilab.org", "version": "v1alpha1", "kind": "DIJob"},
-            "resource": {"group": "diengine.opendilab.org", "version": "v1alpha1", "resource": "dijobs"},
-            "object": {"apiVersion": "diengine.opendilab.org/v1alpha1", "kind": "DIJob", "metadata": {"name": "j"},
-                       "spec": {"coordinator": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}}},
-        }
-    })
-}
-
 #[tokio::test]
 async fn serves_admission_reviews_to_clients_that_trust_the_ca() {
     let bundle = Bundle::generate(&["127.0.0.1".into(), "localhost".into()]).unwrap();
@@ -50,7 +39,7 @@ async fn serves_admission_reviews_to_clients_that_trust_the_ca() {
     // As the API server sends it: JSON, no matter the headers.
     let reply: Value = client_trusting(&bundle.ca_cert)
         .post(format!("{url}/validate"))
-        .body(serde_json::to_vec(&review()).unwrap())
+        .body(serde_json::to_vec(&serving::review(0)).unwrap())
         .send()
         .await
         .expect("TLS handshake with the generated CA")

@@ -94,15 +94,21 @@ pub fn post(body: &[u8]) -> Vec<u8> {
     [head.as_bytes(), body].concat()
 }
 
-/// The status code of the answer on `stream`, or none when it closed without one.
-pub async fn status(stream: &mut TlsStream<TcpStream>) -> Option<u16> {
+/// The head of the answer on `stream` (status line and headers, lowercased), or none when it
+/// closed without one.
+pub async fn head(stream: &mut (impl AsyncReadExt + Unpin)) -> Option<String> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n") {
+    while !head.ends_with(b"\r\n\r\n") {
         match stream.read(&mut byte).await {
             Ok(1) => head.push(byte[0]),
             _ => return None,
         }
     }
-    String::from_utf8_lossy(&head).split_whitespace().nth(1)?.parse().ok()
+    Some(String::from_utf8_lossy(&head).to_lowercase())
+}
+
+/// The status code of the answer on `stream`, or none when it closed without one.
+pub async fn status(stream: &mut TlsStream<TcpStream>) -> Option<u16> {
+    head(stream).await?.split_whitespace().nth(1)?.parse().ok()
 }
