@@ -42,6 +42,20 @@ pub mod kueue {
     pub const PREBUILT_WORKLOAD: &str = "kueue.x-k8s.io/prebuilt-workload-name";
     /// Label MultiKueue puts on what it makes on a worker: the manager's origin name.
     pub const MULTIKUEUE_ORIGIN: &str = "kueue.x-k8s.io/multikueue-origin";
+    /// The API version of every Kueue kind the orchestrator reads or writes.
+    pub const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
+
+    /// One of Kueue's kinds (of [`API_VERSION`]), for a dynamic client.
+    pub fn resource(kind: &str, plural: &str) -> kube::core::ApiResource {
+        let (group, version) = API_VERSION.split_once('/').expect("a group and a version");
+        kube::core::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: API_VERSION.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
 }
 
 pub mod labels {

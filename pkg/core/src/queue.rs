@@ -38,29 +38,19 @@ pub use di_api::contract::kueue::QUEUE_NAME as QUEUE_LABEL;
 /// The most podSets a Kueue Workload holds.
 const MAX_POD_SETS: usize = 8;
 
-fn kueue_kind(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "kueue.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: API_VERSION.into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
-
 /// Kueue's Workload kind.
 pub fn workload_kind() -> ApiResource {
-    kueue_kind("Workload", "workloads")
+    di_api::contract::kueue::resource("Workload", "workloads")
 }
 
 /// Kueue's ResourceFlavor kind (cluster-scoped).
 pub fn flavor_kind() -> ApiResource {
-    kueue_kind("ResourceFlavor", "resourceflavors")
+    di_api::contract::kueue::resource("ResourceFlavor", "resourceflavors")
 }
 
 /// Kueue's WorkloadPriorityClass kind (cluster-scoped).
 pub fn workload_priority_kind() -> ApiResource {
-    kueue_kind("WorkloadPriorityClass", "workloadpriorityclasses")
+    di_api::contract::kueue::resource("WorkloadPriorityClass", "workloadpriorityclasses")
 }
 
 /// The LocalQueue a job waits in, if it is in one.

@@ -6,6 +6,7 @@
 //! once the caches are listed; a queue made since and not seen yet gives nothing (the job then
 //! says why it waits, in Kueue's words).
 
+use di_api::contract::kueue::resource;
 use futures::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -15,16 +16,6 @@ use serde_json::Value;
 
 /// The controller name of MultiKueue's AdmissionChecks.
 pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
-
-fn kind(kind: &str, plural: &str) -> ApiResource {
-    ApiResource {
-        group: "kueue.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: "kueue.x-k8s.io/v1beta2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
 
 /// The caches of LocalQueues (of the orchestrator's namespace, or all), ClusterQueues and
 /// AdmissionChecks.
@@ -38,15 +29,15 @@ pub struct Queues {
 impl Queues {
     /// The caches, and the watches that fill them (run for as long as the webhook serves).
     pub fn watch(client: &Client, namespace: Option<&str>) -> (Queues, impl Future<Output = ()> + Send + 'static) {
-        let local_kind = kind("LocalQueue", "localqueues");
+        let local_kind = resource("LocalQueue", "localqueues");
         let local_api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &local_kind),
             None => Api::all_with(client.clone(), &local_kind),
         };
         let (local, local_watch) = cache(local_api, local_kind);
-        let cluster_kind = kind("ClusterQueue", "clusterqueues");
+        let cluster_kind = resource("ClusterQueue", "clusterqueues");
         let (cluster, cluster_watch) = cache(Api::all_with(client.clone(), &cluster_kind), cluster_kind);
-        let check_kind = kind("AdmissionCheck", "admissionchecks");
+        let check_kind = resource("AdmissionCheck", "admissionchecks");
         let (checks, check_watch) = cache(Api::all_with(client.clone(), &check_kind), check_kind);
         let watches = async move {
             futures::join!(local_watch, cluster_watch, check_watch);
@@ -74,22 +65,22 @@ impl Queues {
             writer.as_reader()
         };
         Queues {
-            local: fill(local, kind("LocalQueue", "localqueues")),
-            cluster: fill(cluster, kind("ClusterQueue", "clusterqueues")),
-            checks: fill(checks, kind("AdmissionCheck", "admissionchecks")),
+            local: fill(local, resource("LocalQueue", "localqueues")),
+            cluster: fill(cluster, resource("ClusterQueue", "clusterqueues")),
+            checks: fill(checks, resource("AdmissionCheck", "admissionchecks")),
         }
     }
 
     /// Whether LocalQueue `queue` of `namespace` sends its Workloads through MultiKueue, as far
     /// as the caches know.
     pub fn dispatches(&self, namespace: &str, queue: &str) -> bool {
-        let local = ObjectRef::new_with(queue, kind("LocalQueue", "localqueues")).within(namespace);
+        let local = ObjectRef::new_with(queue, resource("LocalQueue", "localqueues")).within(namespace);
         let Some(local) = self.local.get(&local) else { return false };
         let Some(cluster_queue) = local.data["spec"]["clusterQueue"].as_str() else { return false };
-        let cluster = ObjectRef::new_with(cluster_queue, kind("ClusterQueue", "clusterqueues"));
+        let cluster = ObjectRef::new_with(cluster_queue, resource("ClusterQueue", "clusterqueues"));
         let Some(cluster) = self.cluster.get(&cluster) else { return false };
         checks_of(&cluster.data).into_iter().any(|name| {
-            let check = ObjectRef::new_with(name, kind("AdmissionCheck", "admissionchecks"));
+            let check = ObjectRef::new_with(name, resource("AdmissionCheck", "admissionchecks"));
             self.checks.get(&check).is_some_and(|c| c.data["spec"]["controllerName"] == MULTIKUEUE_CONTROLLER)
         })
     }

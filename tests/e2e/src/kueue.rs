@@ -42,16 +42,7 @@ pub const MANAGED_NAMESPACES: (&str, &str) = ("di-e2e/kueue", "managed");
 pub const EXTERNAL_FRAMEWORKS: [&str; 2] =
     ["DIJob.v1alpha1.diengine.opendilab.org", "DIJob.v2alpha1.diengine.opendilab.org"];
 
-/// One of Kueue's kinds (`kueue.x-k8s.io/v1beta2`), for a dynamic client.
-pub fn resource(kind: &str, plural: &str) -> kube::api::ApiResource {
-    kube::api::ApiResource {
-        group: "kueue.x-k8s.io".into(),
-        version: "v1beta2".into(),
-        api_version: "kueue.x-k8s.io/v1beta2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
-}
+pub use di_api::contract::kueue::resource;
 
 /// Kueue's manager binary and its module's folder (for its CRDs), built on first use; why not,
 /// where this machine cannot.

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use di_api::DIJob;
+pub(super) use di_api::contract::kueue::API_VERSION;
 use di_api::contract::labels;
 use di_api::tasks::TASK_LABEL;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
@@ -16,7 +17,6 @@ use crate::desired::{self, BuildError, Settings, job_labels};
 
 /// The label Kueue finds a Workload's job by.
 pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
-pub(super) const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 
 /// The name of a job's Workload: its UID's start keeps a job submitted again under the same
 /// name from finding its predecessor's. A job MultiKueue copied to this cluster has the one
