@@ -7,10 +7,9 @@
 //! the new field there), and the new orchestrator drives the jobs the old one started (a scale);
 //! DIJobs are asked for all along (dry runs), and what was refused is reported: a previous
 //! release from before the webhook's drain closes its port at once when it stops; one with it
-//! must refuse none. Last, the current release rolled
-//! under such dry runs refuses none (it answers through a drain as it stops). One test, in order:
-//! each path replaces the cluster-wide objects of the one before, and the last leaves the cluster
-//! as kind/up.sh made it.
+//! must refuse none. Last, the current release rolled under such dry runs refuses none (it
+//! answers through a drain as it stops). One test, in order: each path replaces the cluster-wide
+//! objects of the one before, and the last leaves the cluster as kind/up.sh made it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
