@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use backon::{ExponentialBuilder, Retryable};
 use di_api::Phase;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -187,6 +188,11 @@ impl Drop for Turn {
     }
 }
 
+/// Whether the API server refused a write because its call to a webhook failed.
+fn webhook_unanswered(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 500 && status.message.contains("failed calling webhook"))
+}
+
 /// The workers (every node but the control plane's), by name.
 async fn workers(client: &Client) -> Vec<String> {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -251,7 +257,15 @@ impl Placed {
             "learner": {"template": {"spec": {"affinity": spot}}},
         });
         merge(&mut spec, extra);
-        s.submit("far", collectors, learners, spec).await;
+        // Applied again while the webhook's call fails, as a user would: another scenario's
+        // silent worker may hold an orchestrator replica the webhook's Service still sends to.
+        let job = s.job("far", collectors, learners, spec);
+        let create = || async { s.jobs.create(&PostParams::default(), &job).await };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(Duration::from_secs(8))
+            .with_max_times(12);
+        create.retry(backoff).when(webhook_unanswered).await.expect("job accepted");
         s.wait_phase("far", Phase::Running).await;
         let listed = s.pods.list(&ListParams::default().labels("dijob-name=far")).await.unwrap().items;
         let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();

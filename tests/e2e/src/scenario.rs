@@ -67,6 +67,12 @@ impl Scenario {
     }
 
     pub async fn submit(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
+        let job = self.job(name, collectors, learners, extra);
+        self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
+    }
+
+    /// The role job [`Scenario::submit`] submits, not yet submitted.
+    pub fn job(&self, name: &str, collectors: i32, learners: i32, extra: serde_json::Value) -> DIJob {
         let pod = self.nodes.pod_spec();
         let mut job = json!({
             "apiVersion": "diengine.opendilab.org/v1alpha1",
@@ -79,8 +85,7 @@ impl Scenario {
             }
         });
         merge(&mut job["spec"], extra);
-        let job: DIJob = serde_json::from_value(job).unwrap();
-        self.jobs.create(&PostParams::default(), &job).await.expect("job accepted")
+        serde_json::from_value(job).unwrap()
     }
 
     /// Waits, on a watch of its pods, until `job` has `count` running pods (not being deleted),
