@@ -143,7 +143,9 @@ impl Running {
         let spec = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"];
         assert!(spec.get("managedBy").is_some(), "{path}: the CRD has the current schema");
 
-        // The new orchestrator drives what the old one started.
+        // The new orchestrator drives what the old one started (once the webhook's Service no
+        // longer sends a call to a stopped replica of a release that does not drain).
+        webhook_settled(&self.s.cluster.client).await;
         let patch = json!({"spec": {"collector": {"replicas": 2}}});
         self.s.jobs.patch("role", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
         self.s.wait_pods("role", &names("role", &["coordinator", "collector-0", "collector-1", "learner-0"])).await;
