@@ -93,10 +93,22 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
              Kueue, or run with --queues=auto or none"
         ),
     };
+    // The webhooks stop on the signal, or when this process ends without one (Kueue installed
+    // since its start): `finish` dropped, wherever `serve` returns.
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let webhooks_stop = {
+        let stopped = stopped.clone();
+        async move {
+            tokio::select! {
+                () = until_stopped(stopped) => {}
+                _ = finished => {}
+            }
+        }
+    };
     let webhooks = match args.webhook.webhook_addr {
         Some(addr) => {
             let scope = (args.namespace.clone(), kueue);
-            Some(start_webhooks(&client, &args.webhook, addr, scope, until_stopped(stopped.clone())).await?)
+            Some(start_webhooks(&client, &args.webhook, addr, scope, webhooks_stop).await?)
         }
         None => None,
     };
@@ -181,6 +193,7 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
         }
     }
     // The webhooks answer a while after the signal, until the Service forgets this replica.
+    drop(finish);
     if let Some(webhooks) = webhooks {
         ready.store(false, Ordering::Relaxed);
         let _ = webhooks.await;

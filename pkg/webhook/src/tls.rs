@@ -187,7 +187,8 @@ struct Serving {
 
 impl Serving {
     /// Serves one connection on a task of its own, holding `place` until it closes; gracefully
-    /// closed (after the answer in flight, an idle one at once) once `closing` turns true.
+    /// closed (after the answer in flight, an idle one at once) once `closing` turns true, if it
+    /// has answered before.
     fn spawn(
         &self,
         stream: TcpStream,
@@ -197,7 +198,16 @@ impl Serving {
         mut closing: watch::Receiver<bool>,
     ) {
         let acceptor = self.acceptor.clone();
-        let service = TowerToHyperService::new(self.router.clone());
+        // Whether this connection has answered: one that has not is never closed before its first
+        // call (its client opened it to send one), which then closes it (`Connection: close`).
+        let answered = Arc::new(AtomicBool::new(false));
+        let seen = answered.clone();
+        let router =
+            self.router.clone().layer(axum::middleware::map_response(move |response: axum::response::Response| {
+                seen.store(true, Ordering::Relaxed);
+                std::future::ready(response)
+            }));
+        let service = TowerToHyperService::new(router);
         let handshake = self.handshake;
         tokio::spawn(async move {
             let _place = place;
@@ -210,13 +220,18 @@ impl Serving {
             let connection = http.serve_connection(TokioIo::new(tls), service);
             tokio::pin!(connection);
             tokio::select! {
+                biased;
                 served = connection.as_mut() => {
                     if let Err(e) = served {
                         debug!(%peer, "webhook connection: {e}");
                     }
                     return;
                 }
-                _ = closing.wait_for(|closing| *closing) => connection.as_mut().graceful_shutdown(),
+                _ = closing.wait_for(|closing| *closing) => {
+                    if answered.load(Ordering::Relaxed) {
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
             }
             if let Err(e) = connection.await {
                 debug!(%peer, "webhook connection: {e}");
