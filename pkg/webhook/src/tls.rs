@@ -104,29 +104,27 @@ pub async fn serve_with(
     limits: &Limits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(Arc::new(server_config(resolver)));
     let places = Arc::new(Semaphore::new(limits.connections));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(limits.headers);
     let (closing, closed) = watch::channel(false);
-    let draining = Arc::new(AtomicBool::new(false));
-    let router = router.layer(axum::middleware::map_response(close_when(draining.clone())));
-    let serving = Serving { acceptor, router, handshake: limits.handshake };
-    accept_until(&listener, &places, shutdown, |stream, peer, place| {
-        serving.spawn(stream, peer, place, http.clone(), closed.clone())
-    })
-    .await;
+    let serving = Serving {
+        acceptor: TlsAcceptor::from(Arc::new(server_config(resolver))),
+        router,
+        http,
+        handshake: limits.handshake,
+        draining: Arc::new(AtomicBool::new(false)),
+        closing: closed,
+    };
+    accept_until(&listener, &places, shutdown, &serving).await;
 
     // Asked to stop: every answer now closes its connection, so each of the API server's kept
     // connections ends after its next call, and the call after opens one to a replica that
     // stays. An idle connection is closed only at the drain's end: closing it at once could cross
     // a call the API server is sending on it, which it would not send again.
     info!(drain = ?limits.drain, "stopping: answering admissions a while longer");
-    draining.store(true, Ordering::Relaxed);
-    accept_until(&listener, &places, tokio::time::sleep(limits.drain), |stream, peer, place| {
-        serving.spawn(stream, peer, place, http.clone(), closed.clone())
-    })
-    .await;
+    serving.draining.store(true, Ordering::Relaxed);
+    accept_until(&listener, &places, tokio::time::sleep(limits.drain), &serving).await;
     drop(listener);
     let _ = closing.send(true);
     // Every place back is every connection closed.
@@ -134,29 +132,15 @@ pub async fn serve_with(
     let _ = tokio::time::timeout(LAST_ANSWERS, places.acquire_many(all)).await;
 }
 
-/// A response layer that asks for the connection to be closed once `draining` is set.
-fn close_when(
-    draining: Arc<AtomicBool>,
-) -> impl Fn(axum::response::Response) -> std::future::Ready<axum::response::Response> + Clone {
-    move |mut response: axum::response::Response| {
-        if draining.load(Ordering::Relaxed) {
-            response
-                .headers_mut()
-                .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
-        }
-        std::future::ready(response)
-    }
-}
-
 /// How long a stopping webhook waits, after its drain, for the answers still in flight.
 pub const LAST_ANSWERS: Duration = Duration::from_secs(1);
 
-/// Accepts connections, each once it has a place, and hands them to `serve`, until `until`.
+/// Accepts connections, each once it has a place, and serves them, until `until`.
 async fn accept_until(
     listener: &TcpListener,
     places: &Arc<Semaphore>,
     until: impl std::future::Future<Output = ()>,
-    serve: impl Fn(TcpStream, SocketAddr, OwnedSemaphorePermit),
+    serving: &Serving,
 ) {
     tokio::pin!(until);
     loop {
@@ -174,40 +158,43 @@ async fn accept_until(
             },
             _ = &mut until => return,
         };
-        serve(stream, peer, place);
+        serving.spawn(stream, peer, place);
     }
 }
 
-/// What serving one connection needs.
+/// What serving a connection needs, shared by all of them.
 struct Serving {
     acceptor: TlsAcceptor,
     router: Router,
+    http: http1::Builder,
     handshake: Duration,
+    /// Set once asked to stop: every answer then closes its connection.
+    draining: Arc<AtomicBool>,
+    /// Turns true at the drain's end: a connection that has answered is then closed.
+    closing: watch::Receiver<bool>,
 }
 
 impl Serving {
     /// Serves one connection on a task of its own, holding `place` until it closes; gracefully
-    /// closed (after the answer in flight, an idle one at once) once `closing` turns true, if it
-    /// has answered before.
-    fn spawn(
-        &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        place: OwnedSemaphorePermit,
-        http: http1::Builder,
-        mut closing: watch::Receiver<bool>,
-    ) {
+    /// closed (after the answer in flight, an idle one at once) at the drain's end, if it has
+    /// answered before.
+    fn spawn(&self, stream: TcpStream, peer: SocketAddr, place: OwnedSemaphorePermit) {
         let acceptor = self.acceptor.clone();
         // Whether this connection has answered: one that has not is never closed before its first
         // call (its client opened it to send one), which then closes it (`Connection: close`).
         let answered = Arc::new(AtomicBool::new(false));
-        let seen = answered.clone();
+        let (seen, draining) = (answered.clone(), self.draining.clone());
         let router =
-            self.router.clone().layer(axum::middleware::map_response(move |response: axum::response::Response| {
+            self.router.clone().layer(axum::middleware::map_response(move |mut response: axum::response::Response| {
                 seen.store(true, Ordering::Relaxed);
+                if draining.load(Ordering::Relaxed) {
+                    let close = axum::http::HeaderValue::from_static("close");
+                    response.headers_mut().insert(axum::http::header::CONNECTION, close);
+                }
                 std::future::ready(response)
             }));
         let service = TowerToHyperService::new(router);
+        let (http, mut closing) = (self.http.clone(), self.closing.clone());
         let handshake = self.handshake;
         tokio::spawn(async move {
             let _place = place;
