@@ -2,11 +2,12 @@
 //! something happens to its pods: a drain of their node, an upgrade's rollout. Users apply jobs
 //! at any moment, and none may be refused for it.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kube::Client;
+use crate::cluster::unretried_client;
 
 /// How often a job is asked for.
 const EVERY: Duration = Duration::from_millis(250);
@@ -26,9 +27,11 @@ pub struct Asked {
 }
 
 impl Admissions {
-    /// Asks for a job in `namespace` every 250 ms with `client` (one without retries, so a refusal
-    /// is seen as the user would see it), until [`Admissions::stop`].
-    pub fn start(client: Client, namespace: &str) -> Admissions {
+    /// Asks for a job in `namespace` of the cluster of `kubeconfig` every 250 ms, with a client
+    /// without retries (so a refusal is seen as the user would see it), until
+    /// [`Admissions::stop`].
+    pub async fn start(kubeconfig: &Path, namespace: &str) -> Admissions {
+        let client = unretried_client(kubeconfig).await.expect("a client");
         let done = Arc::new(AtomicBool::new(false));
         let (stop, namespace) = (done.clone(), namespace.to_string());
         let task = tokio::spawn(async move {

@@ -27,7 +27,7 @@
 use std::time::Instant;
 
 use di_e2e::admissions::Admissions;
-use di_e2e::cluster::{not_applicable, unretried_client, until_watched, within};
+use di_e2e::cluster::{not_applicable, until_watched, within};
 use di_e2e::node_faults::{LOSS, Placed, Share, Silence, Undo, ready, run};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::WAIT;
@@ -173,7 +173,7 @@ async fn a_drain_moves_the_collectors_and_waits_for_the_protected_learner() {
     let listed = orchestrators.list(&Default::default()).await.unwrap().items;
     let on_lost = listed.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&lost)).count();
     let kubeconfig = s.cluster.kubeconfig.to_string_lossy().into_owned();
-    let asked = Admissions::start(unretried_client(&s.cluster.kubeconfig).await.expect("a client"), &s.ns);
+    let asked = Admissions::start(&s.cluster.kubeconfig, &s.ns).await;
     let uncordon = Undo::new(&["kubectl", "--kubeconfig", &kubeconfig, "uncordon", &lost]);
     let start = Instant::now();
     // As an administrator types it; given up after 20 s, as the learner's eviction never passes.

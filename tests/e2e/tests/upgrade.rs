@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use di_api::Phase;
 use di_e2e::admissions::{Admissions, Asked};
 use di_e2e::binaries::repo_root;
-use di_e2e::cluster::{not_applicable, skip, unretried_client};
+use di_e2e::cluster::{not_applicable, skip};
 use di_e2e::kueue::TestQueue;
 use di_e2e::kueue::jobs::submit;
 use di_e2e::nodes::real_nodes;
@@ -111,7 +111,7 @@ impl Running {
 
     /// Dry runs of a DIJob asked for from now on, as a user applying jobs through the upgrade.
     async fn ask(&self) -> Admissions {
-        Admissions::start(unretried_client(&self.s.cluster.kubeconfig).await.expect("a client"), &self.s.ns)
+        Admissions::start(&self.s.cluster.kubeconfig, &self.s.ns).await
     }
 
     /// After the upgrade: the jobs ran on untouched, the CRD is the same object with the current
@@ -231,7 +231,7 @@ async fn each_install_path_upgrades_the_previous_release_under_running_jobs() {
     rolled_out(&kubeconfig).await;
     webhook_settled(&cluster.client).await;
     let s = Box::pin(Scenario::new("upgrade-rolled")).await;
-    let asked = Admissions::start(unretried_client(&kubeconfig).await.expect("a client"), &s.ns);
+    let asked = Admissions::start(&kubeconfig, &s.ns).await;
     run("kubectl", &["-n", "di-system", "rollout", "restart", "deployment/di-orchestrator"], &kubeconfig).await;
     rolled_out(&kubeconfig).await;
     let asked = asked.stop().await;
