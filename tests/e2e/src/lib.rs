@@ -2,7 +2,7 @@
 //! `certs`, `delay` for latency where production has it, `capacity` for the nodes its scheduler
 //! places pods on, `kueue` for the queues beside it) and what the suite needs to drive a cluster (`cluster`, `nodes`,
 //! `orchestrator`, `webhooks` to register a local one's, `admissions` asked for meanwhile,
-//! `node_faults` on kind's workers), and the ports its processes bind
+//! `node_faults` on kind's workers, `commands` run there), and the ports its processes bind
 //! (`ports`).
 
 pub mod admissions;
@@ -10,6 +10,7 @@ pub mod binaries;
 pub mod capacity;
 pub mod certs;
 pub mod cluster;
+pub mod commands;
 pub mod controlplane;
 pub mod delay;
 pub mod ding;

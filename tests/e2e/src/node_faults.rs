@@ -16,6 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::cluster::until_watched;
+use crate::commands::run;
 use crate::scenario::{Scenario, merge};
 
 /// The label that makes a worker room for one scenario's collectors and learners: its own key
@@ -43,14 +44,6 @@ impl Drop for Undo {
     fn drop(&mut self) {
         let _ = std::process::Command::new(&self.0[0]).args(&self.0[1..]).output();
     }
-}
-
-/// Runs a command to its end; its stdout, or a panic with its stderr.
-pub async fn run(program: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(program).args(args).output().await;
-    let out = out.unwrap_or_else(|e| panic!("{program} {args:?}: {e}"));
-    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// How a worker stops answering the cluster while its containers stay where they are.

@@ -28,7 +28,8 @@ use std::time::Instant;
 
 use di_e2e::admissions::Admissions;
 use di_e2e::cluster::{not_applicable, until_watched, within};
-use di_e2e::node_faults::{LOSS, Placed, Share, Silence, Undo, ready, run};
+use di_e2e::commands::run;
+use di_e2e::node_faults::{LOSS, Placed, Share, Silence, Undo, ready};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::WAIT;
 use k8s_openapi::api::apps::v1::Deployment;

@@ -19,6 +19,7 @@ use di_api::Phase;
 use di_e2e::admissions::{Admissions, Asked};
 use di_e2e::binaries::repo_root;
 use di_e2e::cluster::{not_applicable, skip};
+use di_e2e::commands::output;
 use di_e2e::kueue::TestQueue;
 use di_e2e::kueue::jobs::submit;
 use di_e2e::nodes::real_nodes;
@@ -33,20 +34,10 @@ use serde_json::json;
 
 const CRD: &str = "dijobs.diengine.opendilab.org";
 
-/// Runs a command against the cluster under test, from the repository, without blocking the
-/// test's runtime; its stdout.
+/// Runs a command against the cluster under test, from the repository; its stdout.
 async fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str], kubeconfig: &Path) -> String {
-    let program = program.as_ref().to_owned();
-    let out = tokio::process::Command::new(&program)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .current_dir(repo_root())
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("running {program:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{program:?} {args:?} failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
-    stdout
+    let mut command = tokio::process::Command::new(program);
+    output(command.args(args).env("KUBECONFIG", kubeconfig).current_dir(repo_root())).await
 }
 
 async fn rolled_out(kubeconfig: &Path) {
