@@ -176,10 +176,11 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
             }
         }
     };
-    match election {
+    let led = match election {
         None => {
             let _leading = metrics.leading();
             run.await;
+            Ok(())
         }
         Some(config) => {
             // On connections apart from the reconciler's (a renewal never queues behind its
@@ -189,15 +190,17 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
                 Http::V1,
                 Some(Timing::new(metrics.clone())),
             )?;
-            lead(lease_client, config, run, stopped, &metrics).await?;
+            lead(lease_client, config, run, stopped, &metrics).await
         }
-    }
-    // The webhooks answer a while after the signal, until the Service forgets this replica.
+    };
+    // The webhooks answer a while after the signal, until the Service forgets this replica; also
+    // when it exits unasked (leadership lost, Kueue installed), as it restarts in place.
     drop(finish);
     if let Some(webhooks) = webhooks {
         ready.store(false, Ordering::Relaxed);
         let _ = webhooks.await;
     }
+    led?;
     if installed.load(Ordering::Relaxed) {
         anyhow::bail!(
             "Kueue's Workloads are served now, and were not when the orchestrator started: exiting, to be started \
