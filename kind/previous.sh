@@ -5,13 +5,15 @@
 # cluster, and an overlay of its install manifests with that image. Prints the tree's folder.
 #
 #   kind/previous.sh KIND TARGET_DIR
+#   kind/previous.sh build TARGET_DIR    only the tree and its orchestrator (no cluster needed)
 #
 # The build shares the workspace's target folder: the dependencies are the same crates at the same
 # versions, so only the previous release's own crates are compiled. Those are given the version
 # 0.0.0-previous: Cargo names a workspace crate's outputs by its name and version, not its folder,
 # so under the workspace's own version they would overwrite the workspace's and be taken for
 # them. Cargo puts the binary where the workspace's own goes, so the workspace's is built again
-# after (at once: nothing changed).
+# after (at once: nothing changed), and nothing may run the workspace's meanwhile: kind/tier.sh
+# builds it before its tiers start.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
@@ -35,6 +37,10 @@ if [[ ! -x $home/di-orchestrator ]]; then
   cp "$target_dir/debug/di-orchestrator" "$home/di-orchestrator.partial"
   mv "$home/di-orchestrator.partial" "$home/di-orchestrator"
   CARGO_TARGET_DIR=$target_dir cargo build --quiet -p di-orchestrator --bin di-orchestrator
+fi
+if [[ $kind_bin == build ]]; then
+  echo "$tree"
+  exit 0
 fi
 image=$(kind/images/build.sh orchestrator "$home/di-orchestrator" previous)
 "$kind_bin" load docker-image "$image" --name "$CLUSTER_NAME" >/dev/null

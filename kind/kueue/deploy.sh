@@ -23,12 +23,15 @@ module_dir() {
   echo "$(go env GOMODCACHE)/$MODULE@$KUEUE_VERSION"
 }
 
-# The manager binary, built on first use.
+# The manager binary, built on first use: under the lock the control-plane tier takes for it (the
+# cache folder's .lock), as the two tiers may ask for it at once (kind/tier.sh).
 manager() {
-  local cache=$CACHE_ROOT/kueue/$KUEUE_VERSION
+  local cache=$CACHE_ROOT/kueue/$KUEUE_VERSION lock
+  mkdir -p "$cache"
+  exec {lock}>"$cache/.lock"
+  flock "$lock"
   if [[ ! -x $cache/kueue ]]; then
     say "building Kueue $KUEUE_VERSION from its Go module (first run only; a few minutes)"
-    mkdir -p "$cache"
     # The module cache is read-only: build in a copy, and rename, so an interrupted build never
     # leaves half a binary.
     rm -rf "$cache/.source"
@@ -38,6 +41,7 @@ manager() {
     mv "$cache/.kueue.partial" "$cache/kueue"
     rm -rf "$cache/.source"
   fi
+  exec {lock}>&-
   echo "$cache/kueue"
 }
 
