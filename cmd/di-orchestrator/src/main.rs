@@ -93,8 +93,8 @@ async fn serve(args: ServeArgs, stopped: Stopped) -> anyhow::Result<()> {
              Kueue, or run with --queues=auto or none"
         ),
     };
-    // The webhooks stop on the signal, or when this process ends without one (Kueue installed
-    // since its start): `finish` dropped, wherever `serve` returns.
+    // The webhooks stop on the signal, or when this process ends without one (leadership lost,
+    // Kueue installed since its start): `finish` dropped, wherever `serve` returns.
     let (finish, finished) = tokio::sync::oneshot::channel::<()>();
     let webhooks_stop = {
         let stopped = stopped.clone();
