@@ -62,7 +62,7 @@ E2E_STACK = RUST_MIN_STACK=16777216
 ##            started on loopback (built from hack/controlplane on first use, cached in ~/.cache/di-orchestrator)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	$(E2E_STACK) $(TARGET_DIR)/debug/di-controlplane run -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	$(E2E_STACK) $(TARGET_DIR)/debug/di-controlplane run --prefetch -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e: the same suite on the kind cluster `make kind` brings up, with the orchestrator deployed
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)

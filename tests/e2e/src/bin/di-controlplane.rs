@@ -1,6 +1,9 @@
 //! Runs a local Kubernetes control plane for the control-plane test tier and the demo.
 //!
-//!   di-controlplane run -- CMD [ARGS...]   start, run CMD against it, stop; exit with CMD's code
+//!   di-controlplane run [--prefetch] -- CMD [ARGS...]
+//!                                          start, run CMD against it, stop; exit with CMD's code;
+//!                                          with --prefetch, build meanwhile what later scenarios
+//!                                          build on first use (Kueue, the coscheduling release)
 //!   di-controlplane up                     start and wait for Ctrl-C
 //!   di-controlplane binaries               obtain (build or find) the binaries and print them
 //!   di-controlplane release                obtain every binary of the release (kubelet, kubeadm,
@@ -23,16 +26,17 @@ async fn main() -> ExitCode {
         Some((mode, rest)) => (mode.as_str(), rest),
         None => ("", &[][..]),
     };
-    let command: Vec<String> = rest.iter().skip_while(|a| *a == "--").cloned().collect();
+    let prefetch = mode == "run" && rest.first().is_some_and(|a| a == "--prefetch");
+    let command: Vec<String> = rest.iter().skip(usize::from(prefetch)).skip_while(|a| *a == "--").cloned().collect();
     match (mode, command.is_empty()) {
         ("run", false) | ("up", true) | ("binaries", true) => {}
         ("release", true) => return release(),
         _ => {
-            eprintln!("usage: di-controlplane run -- CMD [ARGS...] | up | binaries | release");
+            eprintln!("usage: di-controlplane run [--prefetch] -- CMD [ARGS...] | up | binaries | release");
             return ExitCode::from(2);
         }
     }
-    match run(mode, &command).await {
+    match run(mode, &command, prefetch).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("di-controlplane: {e:#}");
@@ -58,7 +62,7 @@ fn release() -> ExitCode {
     }
 }
 
-async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
+async fn run(mode: &str, command: &[String], prefetch: bool) -> anyhow::Result<ExitCode> {
     let root = binaries::repo_root();
     let binaries = match binaries::obtain(&root)? {
         Ok(b) => b,
@@ -83,6 +87,10 @@ async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
+    let fetching = prefetch.then(|| {
+        let root = root.clone();
+        std::thread::spawn(move || fetch_later_builds(&root))
+    });
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     eprintln!("starting the local control plane (Kubernetes {})...", binaries::KUBERNETES_VERSION);
@@ -118,5 +126,23 @@ async fn run(mode: &str, command: &[String]) -> anyhow::Result<ExitCode> {
         }
     };
     plane.stop().await;
+    if let Some(fetching) = fetching.filter(|f| !f.is_finished()) {
+        // Left running, its go build would finish outside the cache's lock.
+        eprintln!("di-controlplane: waiting for the builds begun with --prefetch to end");
+        let _ = tokio::task::spawn_blocking(move || fetching.join()).await;
+    }
     Ok(code)
+}
+
+/// Builds what scenarios later in the suite build on first use, each under the cache's lock (a
+/// scenario that needs one meanwhile waits for it, then finds it): with nothing cached, the
+/// suite's test binaries, which run one at a time, would otherwise wait for each build in turn.
+/// A build that fails is left for its scenario to try again and report.
+fn fetch_later_builds(root: &std::path::Path) {
+    if let Err(e) = di_e2e::kueue::obtain(root) {
+        eprintln!("di-controlplane: building Kueue ahead failed (its scenarios will say why): {e:#}");
+    }
+    if let Err(e) = binaries::obtain_release(root, &binaries::COSCHEDULING, None) {
+        eprintln!("di-controlplane: building the coscheduling release ahead failed (its scenario will say why): {e:#}");
+    }
 }
