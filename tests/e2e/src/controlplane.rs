@@ -18,6 +18,7 @@ use tokio::time::{Instant, sleep};
 
 use crate::binaries::Binaries;
 use crate::certs;
+use crate::logs::last_lines;
 use crate::ports::free_port;
 use crate::runs::{kill_processes_of, reap_stale};
 
@@ -68,6 +69,8 @@ pub struct ControlPlane {
     /// `https://127.0.0.1:<port>`.
     pub server: String,
     children: Vec<(&'static str, Child)>,
+    /// The processes a test started beside it (Kueue, a scheduler of its own), by name.
+    beside: Vec<&'static str>,
     /// Between the API server and etcd, when a start asked for latency there.
     pub etcd_proxy: Option<crate::delay::DelayProxy>,
 }
@@ -106,7 +109,8 @@ impl ControlPlane {
         let server = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
         write_kubeconfig(&kubeconfig, &server, &pki.ca_cert, &admin_cert, &admin_key)?;
-        let mut plane = ControlPlane { dir: dir.clone(), kubeconfig, server, children: vec![], etcd_proxy: None };
+        let mut plane =
+            ControlPlane { dir: dir.clone(), kubeconfig, server, children: vec![], beside: vec![], etcd_proxy: None };
 
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -246,6 +250,7 @@ impl ControlPlane {
     /// stopped with it.
     pub fn run_beside(&mut self, name: &'static str, binary: &Path, args: &[String]) -> anyhow::Result<()> {
         self.spawn(name, binary, args)?;
+        self.beside.push(name);
         self.check_alive()
     }
 
@@ -261,10 +266,7 @@ impl ControlPlane {
     fn check_alive(&mut self) -> anyhow::Result<()> {
         for (name, child) in &mut self.children {
             if let Some(status) = child.try_wait()? {
-                let log =
-                    std::fs::read_to_string(self.dir.join("logs").join(format!("{name}.log"))).unwrap_or_default();
-                let tail: Vec<_> = log.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
-                bail!("{name} exited ({status}):\n{}", tail.join("\n"));
+                bail!("{name} exited ({status}):\n{}", last_lines(&log_of(&self.dir, name), 15));
             }
         }
         Ok(())
@@ -308,6 +310,24 @@ impl ControlPlane {
 /// `flag`, when the control plane has the workload API; nothing otherwise.
 fn workload_api_only(options: &Options, flag: &str) -> Vec<String> {
     options.workload_api.then(|| flag.to_string()).into_iter().collect()
+}
+
+impl Drop for ControlPlane {
+    /// A failed scenario's story is also in what ran beside the plane (Kueue): the end of each
+    /// one's log goes with the failure, as the orchestrator's does.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for name in &self.beside {
+                let tail = last_lines(&log_of(&self.dir, name), 60);
+                eprintln!("{name} beside {}, last lines:\n{tail}", self.dir.display());
+            }
+        }
+    }
+}
+
+/// What the process `name` of the plane in `dir` has logged.
+fn log_of(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join("logs").join(format!("{name}.log"))).unwrap_or_default()
 }
 
 /// kube-scheduler's configuration: the admin kubeconfig, no leader election (it runs alone), and

@@ -139,9 +139,8 @@ impl Drop for Scenario {
     fn drop(&mut self) {
         if std::thread::panicking() {
             // The failure's story is in the orchestrator's log: its last lines go with it.
-            let log = self.orchestrator.log();
-            let tail: Vec<&str> = log.lines().rev().take(150).collect();
-            eprintln!("orchestrator log, last lines:\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            let tail = crate::logs::last_lines(&self.orchestrator.log(), 150);
+            eprintln!("orchestrator log, last lines:\n{tail}");
             return;
         }
         let forced = self.nodes.force_deleted();
