@@ -117,9 +117,7 @@ impl Plane {
 
     /// The last `lines` lines of a process's log.
     fn log_tail(&self, name: &str, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.log_path(name)).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        di_e2e::logs::last_lines(&std::fs::read_to_string(self.log_path(name)).unwrap_or_default(), lines)
     }
 
     /// Polls `/readyz` until `deadline` (the API server has no watch for its own readiness), and

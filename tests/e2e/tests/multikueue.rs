@@ -12,6 +12,7 @@ use di_api::contract::kueue::{MULTIKUEUE, ORCHESTRATOR, PREBUILT_WORKLOAD};
 use di_api::contract::names;
 use di_api::{DIJob, Phase};
 use di_e2e::cluster::{TestCluster, until_watched};
+use di_e2e::commands::output;
 use di_e2e::kueue::jobs::submit_with;
 use di_e2e::kueue::multikueue::{CHECK, Clusters, Member};
 use di_e2e::kueue::{self, TestQueue};
@@ -21,7 +22,7 @@ use di_e2e::scenario::Scenario;
 use di_e2e::webhooks::{register, until_bundled};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -38,15 +39,8 @@ fn phase(job: &DIJob) -> Option<Phase> {
 
 /// What `kubectl di ARGS` prints against the scenario's cluster and namespace.
 async fn kubectl_di(s: &Scenario, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(binary("kubectl-di"))
-        .args(args)
-        .args(["-n", &s.ns, "--kubeconfig"])
-        .arg(&s.cluster.kubeconfig)
-        .output()
-        .await
-        .expect("running kubectl-di");
-    assert!(out.status.success(), "kubectl di {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let mut command = tokio::process::Command::new(binary("kubectl-di"));
+    output(command.args(args).args(["-n", &s.ns, "--kubeconfig"]).arg(&s.cluster.kubeconfig)).await
 }
 
 /// A scenario (namespace `ns`, simulated nodes, an orchestrator run with `args`) on one of the
@@ -77,11 +71,26 @@ async fn until_jobs<T>(s: &Scenario, what: &str, done: impl Fn(&[Arc<DIJob>]) ->
     until_watched(s.jobs.clone(), watcher::Config::default(), (), WAIT, what, done).await
 }
 
+/// The Workloads of a scenario's namespace, and their kind (for a watch).
+fn workload_api(s: &Scenario) -> (Api<DynamicObject>, ApiResource) {
+    let kind = kueue::resource("Workload", "workloads");
+    (Api::namespaced_with(s.cluster.client.clone(), &s.ns, &kind), kind)
+}
+
+/// Waits until `placed` holds of the worker cluster (`status.clusterName`) the manager's
+/// Workload of `job` names.
+async fn until_placed(manager: &Scenario, job: &str, what: &str, placed: impl Fn(&serde_json::Value) -> bool) {
+    let (workloads, kind) = workload_api(manager);
+    until_watched(workloads, watcher::Config::default(), kind, WAIT, what, |all| {
+        let workload = all.iter().find(|w| w.owner_references().iter().any(|o| o.name == job))?;
+        placed(&workload.data["status"]["clusterName"]).then_some(())
+    })
+    .await;
+}
+
 /// The worker cluster each of the manager's Workloads runs on (by its job), if one admitted it.
 async fn placements(manager: &Scenario) -> BTreeMap<String, Option<String>> {
-    let workloads: Api<DynamicObject> =
-        Api::namespaced_with(manager.cluster.client.clone(), &manager.ns, &kueue::resource("Workload", "workloads"));
-    let all = workloads.list(&ListParams::default()).await.unwrap().items;
+    let all = workload_api(manager).0.list(&ListParams::default()).await.unwrap().items;
     all.iter()
         .map(|w| {
             let job = w.owner_references().first().map(|o| o.name.clone()).unwrap_or_default();
@@ -100,15 +109,8 @@ async fn until_runs_on(manager: &Scenario, (worker, name): (&Scenario, &str), jo
         copy.status.as_ref()?.coordinator_uid.clone()
     })
     .await;
-    let kind = kueue::resource("Workload", "workloads");
-    let workloads: Api<DynamicObject> = Api::namespaced_with(manager.cluster.client.clone(), &manager.ns, &kind);
     let what = format!("{job}'s Workload on the manager placed on {name}");
-    until_watched(workloads, watcher::Config::default(), kind, WAIT, &what, |all| {
-        all.iter()
-            .any(|w| w.owner_references().iter().any(|o| o.name == job) && w.data["status"]["clusterName"] == name)
-            .then_some(())
-    })
-    .await;
+    until_placed(manager, job, &what, |placed| placed == name).await;
     let what = format!("{job}'s status from {name} on the manager");
     until_jobs(manager, &what, |jobs| {
         let seen = jobs.iter().find(|j| j.name_any() == job)?;
@@ -138,14 +140,8 @@ async fn until_taken_back(manager: &Scenario, (worker, name): (&Scenario, &str),
     })
     .await;
     worker.wait_pods(job, &[]).await;
-    let kind = kueue::resource("Workload", "workloads");
-    let workloads: Api<DynamicObject> = Api::namespaced_with(manager.cluster.client.clone(), &manager.ns, &kind);
     let what = format!("{job}'s Workload on the manager no longer placed on {name}");
-    until_watched(workloads, watcher::Config::default(), kind, WAIT, &what, |all| {
-        let placed = all.iter().find(|w| w.owner_references().iter().any(|o| o.name == job))?;
-        (placed.data["status"]["clusterName"] != name).then_some(())
-    })
-    .await;
+    until_placed(manager, job, &what, |placed| placed != name).await;
 }
 
 /// On `worker`: the one job it runs, its copy as MultiKueue made it (no managedBy, the
@@ -158,9 +154,7 @@ async fn runs_there(worker: &Scenario) -> String {
     };
     assert_eq!(copy.spec.managed_by, None, "MultiKueue's copy runs here");
     let workload = copy.annotations().get(PREBUILT_WORKLOAD).expect("the Workload MultiKueue made").clone();
-    let workloads: Api<DynamicObject> =
-        Api::namespaced_with(worker.cluster.client.clone(), &worker.ns, &kueue::resource("Workload", "workloads"));
-    let made = workloads.get(&workload).await.unwrap();
+    let made = workload_api(worker).0.get(&workload).await.unwrap();
     let owner = made.owner_references().iter().find(|o| o.controller == Some(true)).expect("adopted");
     assert_eq!(owner.uid, copy.uid().unwrap(), "the copy owns the Workload MultiKueue made");
     let name = copy.name_any();
