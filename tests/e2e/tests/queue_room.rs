@@ -67,8 +67,11 @@ async fn collectors_scaled_away_give_their_quota_to_the_next_job_and_cannot_take
     scale(&s, "big", 1).await;
     until_queued(&s, "big", "False", "beyond what Kueue admitted").await;
     let params = ListParams::default().labels(&format!("{}=big", di_api::contract::labels::JOB_NAME));
+    // On real nodes the collectors scaled away may still be stopping (their grace period): none
+    // may be a new one.
     let pods = s.pods.list(&params).await.unwrap().items;
-    assert_eq!(pods.len(), 1, "the coordinator alone: {:?}", pods.iter().map(|p| p.name_any()).collect::<Vec<_>>());
+    let live: Vec<_> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
+    assert_eq!(live, ["big-coordinator"], "the coordinator alone");
     drop(s);
     queue.delete().await;
     kueue.stop().await;
