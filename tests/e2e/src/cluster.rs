@@ -132,6 +132,9 @@ pub fn not_applicable(why: &str) {
     let _ = writeln!(std::io::stderr(), "NOT APPLICABLE here: {why}");
 }
 
+/// How long a scenario waits for what the cluster does at once (a pod started, a phase reached).
+pub const WAIT: Duration = Duration::from_secs(60);
+
 /// Awaits `future`, failing the test with `what` if it takes longer than `timeout`.
 pub async fn within<T>(timeout: Duration, what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(timeout, future)

@@ -98,6 +98,11 @@ impl Nodes {
             Nodes::Simulated(nodes) => nodes.exit(namespace, pod, exit_code).await,
             Nodes::Real(client) => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                // A job runs once its coordinator does; its other containers may still be starting
+                // (on a busy node, for seconds), and an exec finds none until one has.
+                let what = format!("{pod}'s main container to run");
+                let started = kube::runtime::wait::await_condition(api.clone(), pod, main_container_running);
+                crate::cluster::within(crate::cluster::WAIT, &what, started).await.unwrap();
                 let command = ["sh", "-c", &format!("echo {exit_code} > /tmp/exit-code")].map(String::from);
                 // An exec needs one stream at least: stderr, which says why when it fails.
                 let params = kube::api::AttachParams::default().container("di-container").stdout(false).stderr(true);
@@ -112,6 +117,13 @@ impl Nodes {
             }
         }
     }
+}
+
+/// Whether the pod's main container (`di-container`) has started and not ended.
+fn main_container_running(pod: Option<&Pod>) -> bool {
+    let statuses = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.container_statuses.as_deref());
+    let main = statuses.unwrap_or_default().iter().find(|c| c.name == "di-container");
+    main.and_then(|c| c.state.as_ref()).is_some_and(|state| state.running.is_some())
 }
 
 pub use crate::capacity::NODE;

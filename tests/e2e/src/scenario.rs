@@ -18,7 +18,7 @@ use crate::cluster::{TestCluster, connect, kubectl_said, until_watched, within};
 use crate::nodes::Nodes;
 use crate::orchestrator::Orchestrator;
 
-pub const WAIT: Duration = Duration::from_secs(60);
+pub use crate::cluster::WAIT;
 
 pub struct Scenario {
     pub cluster: TestCluster,
