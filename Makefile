@@ -42,7 +42,7 @@ bench-build:
 .PHONY: chaos
 chaos:
 	$(CARGO) build --quiet -p di-orchestrator -p di-chaos --bins
-	$(E2E_STACK) $(TARGET_DIR)/debug/di-chaos $(CHAOS_ARGS)
+	$(E2E_ENV) $(TARGET_DIR)/debug/di-chaos $(CHAOS_ARGS)
 
 ## test: every tier: unit and component tests, then the e2e suite on a local control plane and,
 ##       side by side with it, on a kind cluster with real nodes (skipped, saying why, where
@@ -55,20 +55,22 @@ unit: check-manifests
 	$(CARGO) test --workspace
 
 # A DIJob's deserializer takes a deep stack in debug builds: the suite's test threads get more
-# than the default 2 MiB.
-E2E_STACK = RUST_MIN_STACK=16777216
+# than the default 2 MiB. A failed scenario names its line and prints the logs that explain it;
+# a backtrace through the async runtime adds some 60 lines that do not, and would push the
+# other failures of a run out of a short excerpt of it.
+E2E_ENV = RUST_MIN_STACK=16777216 RUST_BACKTRACE=0
 
 ## e2e-local: the e2e suite against a real kube-apiserver, etcd and kube-controller-manager
 ##            started on loopback (built from hack/controlplane on first use, cached in ~/.cache/di-orchestrator)
 e2e-local:
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	$(E2E_STACK) $(TARGET_DIR)/debug/di-controlplane run --prefetch -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	$(E2E_ENV) $(TARGET_DIR)/debug/di-controlplane run --prefetch -- $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e: the same suite on the kind cluster `make kind` brings up, with the orchestrator deployed
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	previous=$$(kind/previous.sh "$$(kind/host/tool.sh kind)" $(TARGET_DIR)) && PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" DI_E2E_PREVIOUS=$$previous $(E2E_STACK) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	previous=$$(kind/previous.sh "$$(kind/host/tool.sh kind)" $(TARGET_DIR)) && PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" DI_E2E_PREVIOUS=$$previous $(E2E_ENV) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e-kind: the kind tier alone: a fresh cluster, make e2e, then all torn down (make test
 ##           runs it beside e2e-local)
