@@ -51,9 +51,13 @@ pub fn converged(job: &DIJob) -> bool {
             && status.ready_replicas == Some(want);
     }
     let ready = |s: &Option<String>, desired: i32| s.as_deref().is_none_or(|s| s == format!("{desired}/{desired}"));
+    // The coordinator as well: the job runs once its container does, and it is ready only once
+    // its sidecar answers its probe. Its own count is in no field but the job's pods, all ready.
+    let all_ready = status.replicas.is_none_or(|wanted| status.ready_replicas == Some(wanted));
     status.phase == Some(Phase::Running)
         && ready(&status.collectors, job.spec.collector_replicas())
         && ready(&status.learners, job.spec.learner_replicas())
+        && all_ready
 }
 
 /// Why a job failed (its Failed condition's message, empty without one); `None` while it has
@@ -226,6 +230,9 @@ mod tests {
         assert!(!converged(&job(json!({"phase": "Running", "collectors": "3/4", "learners": "1/1"}))));
         assert!(!converged(&job(json!({"phase": "Created", "collectors": "4/4", "learners": "1/1"}))));
         assert!(!converged(&job(json!({}))));
+        let counted = |ready: i32| json!({"phase": "Running", "collectors": "4/4", "learners": "1/1", "replicas": 6, "readyReplicas": ready});
+        assert!(converged(&job(counted(6))));
+        assert!(!converged(&job(counted(5))), "the coordinator not ready yet");
     }
 
     #[test]
