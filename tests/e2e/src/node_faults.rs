@@ -260,6 +260,9 @@ impl Placed {
             .with_max_times(12);
         create.retry(backoff).when(webhook_unanswered).await.expect("job accepted");
         s.wait_phase("far", Phase::Running).await;
+        // The job runs once its coordinator does: where the others run is known once they do.
+        let pods = 1 + collectors.max(0) as usize + learners.max(0) as usize;
+        s.until_running_pods("far", pods, crate::cluster::WAIT).await;
         let listed = s.pods.list(&ListParams::default().labels("dijob-name=far")).await.unwrap().items;
         let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         let before: BTreeMap<String, (String, String)> =

@@ -156,8 +156,10 @@ async fn one_gang_at_a_time(s: &Scenario, says: &[&str]) {
 
     // Two of the eight GPUs are free: without a gang, two of its pods would take them.
     submit_gpu_tasks(s, "second", 6).await;
+    // Its pods exist, waiting to be placed whole.
+    let workers: Vec<String> = (0..6).map(|i| format!("second-worker-{i}")).collect();
+    s.wait_pods("second", &workers).await;
     none_bound_for(s, "second", 5).await;
-    assert_eq!(pods_of(s, "second").await.len(), 6, "its pods exist, waiting to be placed whole");
     // The job says it waits, and why, in the scheduler's words: its gang plugin's, or, where the
     // scheduler holds some of the gang's pods at its Permit stage (the GPUs they would take
     // reserved) while it tries the others, the resources those others lack.

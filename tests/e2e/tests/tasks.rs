@@ -10,12 +10,14 @@ use std::process::{Command, Stdio};
 use di_api::tasks::annotations;
 use di_api::{DIJob, Phase};
 use di_e2e::binaries::repo_root;
-use di_e2e::cluster::{not_applicable, within};
+use di_e2e::cluster::{not_applicable, until_watched, within};
 use di_e2e::nodes::real_nodes;
 use di_e2e::scenario::{Scenario, WAIT, names};
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -67,8 +69,29 @@ fn ditask_accepts(pods: &[Pod]) -> bool {
     true
 }
 
-/// On real nodes: every address in `DI_NODES` resolves from inside the pod.
-async fn peers_resolve(s: &Scenario, pod: &str) {
+/// On real nodes, once the job's Service lists every pod under its hostname (the EndpointSlice
+/// controller follows the same pod updates the job's status does, and may follow them later),
+/// every address in `DI_NODES` resolves from inside each of `pods`.
+async fn peers_resolve(s: &Scenario, service: &str, pods: &[Pod]) {
+    let hostnames: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let slices: Api<EndpointSlice> = Api::namespaced(s.cluster.client.clone(), &s.ns);
+    let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+    let what = format!("Service {service} to list {hostnames:?}");
+    until_watched(slices, config, (), WAIT, &what, |all| {
+        let listed: Vec<&str> = all
+            .iter()
+            .flat_map(|slice| slice.endpoints.iter().flatten())
+            .filter_map(|e| e.hostname.as_deref())
+            .collect();
+        hostnames.iter().all(|h| listed.contains(&h.as_str())).then_some(())
+    })
+    .await;
+    for pod in hostnames {
+        resolves_from(s, &pod).await;
+    }
+}
+
+async fn resolves_from(s: &Scenario, pod: &str) {
     let script =
         "for n in $(echo \"$DI_NODES\" | tr , ' '); do nslookup \"$n\" >/dev/null || { echo \"$n\"; exit 1; }; done";
     let params = kube::api::AttachParams::default().container("di-container").stdout(true).stderr(true);
@@ -127,9 +150,7 @@ async fn a_task_job_runs_beside_a_0_2_job_and_ditask_accepts_every_pod() {
     }
     ditask_accepts(&by_rank);
     if real_nodes() {
-        for pod in &by_rank {
-            peers_resolve(&s, &pod.name_any()).await;
-        }
+        peers_resolve(&s, "di-mesh", &by_rank).await;
     }
 
     // A failed collector is replaced alone, under its name (restartPolicy Pod, the default), as
