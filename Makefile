@@ -70,7 +70,7 @@ e2e-local:
 ##      in it and pods run by a real kubelet (the cluster stays up; make kind-down removes it)
 e2e: kind
 	$(CARGO) build --quiet -p di-orchestrator -p kubectl-di -p di-e2e --bins --tests
-	previous=$$(kind/previous.sh "$$(kind/host/tool.sh kind)" $(TARGET_DIR)) && PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" DI_E2E_PREVIOUS=$$previous $(E2E_ENV) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
+	previous=$$(kind/previous.sh load $(TARGET_DIR) "$$(kind/host/tool.sh kind)") && PATH="$$($(TARGET_DIR)/debug/di-controlplane release):$$PATH" DI_E2E_HELM="$$(kind/host/tool.sh helm)" DI_E2E_PREVIOUS=$$previous $(E2E_ENV) DI_E2E_KUBECONFIG=$(CURDIR)/.cache/kind.kubeconfig DI_E2E_NODES=real $(CARGO) test -p di-e2e --tests --no-fail-fast -- --ignored
 
 ## e2e-kind: the kind tier alone: a fresh cluster, make e2e, then all torn down (make test
 ##           runs it beside e2e-local)

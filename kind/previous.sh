@@ -4,8 +4,8 @@
 # once and kept, its image (opendilab/di-orchestrator:previous) built and loaded into the kind
 # cluster, and an overlay of its install manifests with that image. Prints the tree's folder.
 #
-#   kind/previous.sh KIND TARGET_DIR
-#   kind/previous.sh build TARGET_DIR    only the tree and its orchestrator (no cluster needed)
+#   kind/previous.sh build TARGET_DIR        only the tree and its orchestrator (no cluster needed)
+#   kind/previous.sh load TARGET_DIR KIND    all of it, the image loaded with the kind binary KIND
 #
 # The build shares the workspace's target folder: the dependencies are the same crates at the same
 # versions, so only the previous release's own crates are compiled. Those are given the version
@@ -17,8 +17,14 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
-kind_bin=${1:?usage: previous.sh KIND TARGET_DIR}
-target_dir=$(realpath -m "${2:?usage: previous.sh KIND TARGET_DIR}")
+usage="usage: previous.sh build TARGET_DIR | previous.sh load TARGET_DIR KIND"
+mode=${1:?$usage}
+target_dir=$(realpath -m "${2:?$usage}")
+case $mode in
+  build) ;;
+  load) kind_bin=${3:?$usage} ;;
+  *) die "$usage" ;;
+esac
 home=$CACHE_ROOT/previous/$PREVIOUS_RELEASE
 tree=$home/tree
 
@@ -38,7 +44,7 @@ if [[ ! -x $home/di-orchestrator ]]; then
   mv "$home/di-orchestrator.partial" "$home/di-orchestrator"
   CARGO_TARGET_DIR=$target_dir cargo build --quiet -p di-orchestrator --bin di-orchestrator
 fi
-if [[ $kind_bin == build ]]; then
+if [[ $mode == build ]]; then
   echo "$tree"
   exit 0
 fi
