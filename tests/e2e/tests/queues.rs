@@ -240,6 +240,8 @@ async fn an_admitted_jobs_pods_run_on_its_flavors_nodes() {
     let queue = TestQueue::flavored(&s.cluster.client, &s.ns, "team-queue", &ROOM_FOR_ONE, labels, &[]).await;
     submit(&s, "placed", "team-queue", 1, None).await;
     s.wait_phase("placed", Phase::Running).await;
+    // Where its pods run is known once they run (the job runs once its coordinator does).
+    s.until_running_pods("placed", 2, WAIT).await;
     let params = ListParams::default().labels(&format!("{}=placed", di_api::contract::labels::JOB_NAME));
     let pods = s.pods.list(&params).await.unwrap().items;
     assert_eq!(pods.len(), 2);
@@ -311,6 +313,8 @@ async fn a_topology_assignment_places_the_pods_in_their_domains() {
     });
     s.jobs.create(&PostParams::default(), &serde_json::from_value(job).unwrap()).await.expect("job accepted");
     s.wait_phase("racked", Phase::Running).await;
+    // Where its pods run is known once they run (the job runs once its coordinator does).
+    s.until_running_pods("racked", 3, WAIT).await;
 
     let workloads: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &s.ns, &kueue::resource("Workload", "workloads"));
