@@ -43,21 +43,20 @@ where
 /// Whether a job is Running with every desired replica ready.
 pub fn converged(job: &DIJob) -> bool {
     let Some(status) = &job.status else { return false };
+    // Every pod the job wants is ready, a role job's coordinator too: the job runs once its
+    // container does, and it is ready only once its sidecar answers its probe.
+    let all_ready = status.replicas.is_none_or(|wanted| status.ready_replicas == Some(wanted));
+    let running_ready = status.phase == Some(Phase::Running) && all_ready;
+    // What the status counts is checked against the spec, so a status from before a scaling
+    // never passes for after.
     if job.spec.is_task_job() {
-        // Counted against the spec, so a status from before a scaling never passes for after.
         let want = di_api::tasks::pod_count(&di_api::tasks::tasks(job)) as i32;
-        return status.phase == Some(Phase::Running)
-            && status.replicas == Some(want)
-            && status.ready_replicas == Some(want);
+        return running_ready && status.replicas == Some(want);
     }
     let ready = |s: &Option<String>, desired: i32| s.as_deref().is_none_or(|s| s == format!("{desired}/{desired}"));
-    // The coordinator as well: the job runs once its container does, and it is ready only once
-    // its sidecar answers its probe. Its own count is in no field but the job's pods, all ready.
-    let all_ready = status.replicas.is_none_or(|wanted| status.ready_replicas == Some(wanted));
-    status.phase == Some(Phase::Running)
+    running_ready
         && ready(&status.collectors, job.spec.collector_replicas())
         && ready(&status.learners, job.spec.learner_replicas())
-        && all_ready
 }
 
 /// Why a job failed (its Failed condition's message, empty without one); `None` while it has
